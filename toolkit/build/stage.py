@@ -1,0 +1,43 @@
+"""`toolkit build`: one entry point over the targets cpu, trtllm (engine) and llmapi (engine-free)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+from toolkit.build.cpu import build_cpu_engine
+from toolkit.build.engine_config import EngineConfig
+from toolkit.build.llmapi import write_llmapi_config
+from toolkit.build.trtllm import checkpoint_mapping, run_trtllm_build, trtllm_build_command
+from toolkit.config import DeploymentConfig
+from toolkit.errors import ToolkitError
+from toolkit.manifest import read_manifest, write_manifest
+
+
+def build_engine(config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, dry_run: bool = False) -> dict:
+    start = time.perf_counter()
+    quantized = read_manifest(checkpoint_dir, "quantize", "toolkit quantize --config ...")
+    limits = EngineConfig.from_deployment(config)
+    target = config.engine.target
+    if target == "cpu":
+        outputs = build_cpu_engine(checkpoint_dir, engine_dir, limits)
+    elif target == "llmapi":
+        outputs = write_llmapi_config(checkpoint_dir, engine_dir, config.engine, limits)
+    else:
+        if quantized["inputs"].get("export") != "trtllm":
+            raise ToolkitError(f"{checkpoint_dir} is a unified HF checkpoint; trtllm-build needs a TensorRT-LLM one",
+                               "set quantize.export: trtllm (or use engine.target: llmapi)")
+        tp, pp = checkpoint_mapping(checkpoint_dir)
+        if (tp, pp) != (limits.tp, limits.pp):
+            raise ToolkitError(f"checkpoint mapping is tp={tp} pp={pp} but the config asks tp={limits.tp} pp={limits.pp}",
+                               "re-run `toolkit quantize` with the config's parallel section")
+        cmd = trtllm_build_command(checkpoint_dir, engine_dir, config.engine, limits)
+        if dry_run:
+            return {"command": shlex.join(cmd)}
+        outputs = run_trtllm_build(cmd, engine_dir) | {"command": shlex.join(cmd)}
+        limits.write(engine_dir)
+    write_manifest(engine_dir, "build", {"checkpoint_dir": str(checkpoint_dir), "target": target,
+                                         "quantize": quantized["inputs"]},
+                   outputs | {"engine_dir": str(engine_dir)}, time.perf_counter() - start)
+    return outputs

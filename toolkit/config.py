@@ -1,0 +1,246 @@
+"""The typed deployment config: read once from configs/*.yaml, overridden by flags, passed down.
+
+Every stage takes a `DeploymentConfig` (or the piece it needs) and derives its artifact paths
+from `ArtifactLayout`, so a stage rerun alone finds the previous stage's outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from toolkit.errors import ToolkitError
+
+QFormat = Literal["none", "fp8", "int4_awq", "int8_sq", "w4a8_awq"]
+KVCacheDType = Literal["none", "fp8", "int8"]
+Target = Literal["cpu", "trtllm", "llmapi"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSection(_Section):
+    # `preset:<name>` builds the offline model of that preset; anything else is a local HF checkpoint dir.
+    source: str = "preset:tiny"
+    name: str | None = None  # defaults to the preset name or the checkpoint directory name
+
+    @property
+    def preset(self) -> str | None:
+        return self.source.split(":", 1)[1] if self.source.startswith("preset:") else None
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.preset or Path(self.source).name
+
+
+class QualityGate(_Section):
+    max_mean_kl: float = Field(0.5, gt=0, description="mean KL(original || quantized) per token, nats")
+    max_perplexity_ratio: float = Field(1.5, gt=1, description="quantized / original perplexity")
+    enabled: bool = True
+
+
+class QuantizeSection(_Section):
+    qformat: QFormat = "fp8"
+    kv_cache_dtype: KVCacheDType = "none"
+    calib_size: int = Field(16, gt=0)
+    calib_seq_len: int = Field(64, gt=0)
+    export: Literal["hf", "trtllm"] = "hf"
+    awq_block_size: int = Field(128, gt=0)
+    quality: QualityGate = QualityGate()
+
+
+class ParallelSection(_Section):
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp
+
+
+class EngineSection(_Section):
+    target: Target = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
+    max_batch_size: int = Field(8, ge=1)
+    max_input_len: int = Field(256, ge=1)
+    max_seq_len: int = Field(384, ge=2)
+    max_num_tokens: int = Field(1024, ge=1)
+    tokens_per_block: int = Field(32, ge=1)
+    # CPU engine: the paged KV cache is a fixed number of blocks (no "free GPU memory" to take a fraction of).
+    kv_cache_blocks: int = Field(128, ge=1)
+    kv_cache_free_gpu_mem_fraction: float = Field(0.9, gt=0, le=1)
+    enable_kv_cache_reuse: bool = False
+    enable_chunked_context: bool = True
+    batch_scheduler_policy: Literal["max_utilization", "guaranteed_no_evict"] = "guaranteed_no_evict"
+    use_cuda_graph: bool = True
+    workers: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _lengths_consistent(self) -> "EngineSection":
+        if self.max_input_len >= self.max_seq_len:
+            raise ValueError(
+                f"max_input_len ({self.max_input_len}) must be < max_seq_len ({self.max_seq_len}) "
+                "to leave room for at least one output token"
+            )
+        return self
+
+
+class ServerSection(_Section):
+    host: str = "127.0.0.1"
+    # 0 picks a free port at start-up.
+    http_port: int = Field(0, ge=0, le=65535)
+    grpc_port: int = Field(0, ge=0, le=65535)
+    metrics_port: int = Field(0, ge=0, le=65535)
+    startup_timeout_s: float = Field(180, gt=0)
+    tritonserver: str | None = None  # explicit binary; default: pytriton's on CPU, PATH on GPU
+
+
+class SweepSection(_Section):
+    endpoint: Literal["triton-grpc", "triton-http"] = "triton-grpc"
+    model: str = "ensemble"
+    concurrencies: list[int] = [1, 2, 4]
+    requests_per_concurrency: int = Field(16, ge=1)
+    warmup_requests: int = Field(2, ge=0)
+    input_tokens_mean: int = Field(64, ge=1)
+    input_tokens_stddev: float = Field(0, ge=0)
+    output_tokens: int = Field(32, ge=1)
+    request_timeout_s: float = Field(120, gt=0)
+    seed: int = 0
+
+    @field_validator("concurrencies")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if not value or any(c < 1 for c in value):
+            raise ValueError("concurrencies must be a non-empty list of integers >= 1")
+        return value
+
+
+class PathsSection(_Section):
+    build_dir: str = "build"
+    repo_root: str = "model_repo"
+    runs_dir: str = "perf/runs"
+
+
+class DeploymentConfig(_Section):
+    name: str
+    model: ModelSection = ModelSection()
+    quantize: QuantizeSection = QuantizeSection()
+    parallel: ParallelSection = ParallelSection()
+    engine: EngineSection = EngineSection()
+    server: ServerSection = ServerSection()
+    sweep: SweepSection = SweepSection()
+    paths: PathsSection = PathsSection()
+
+    @model_validator(mode="after")
+    def _cpu_is_single_process(self) -> "DeploymentConfig":
+        if self.engine.target == "cpu" and self.parallel.world_size != 1:
+            raise ValueError("the cpu target runs one process: set parallel.tp and parallel.pp to 1")
+        too_long = self.sweep.input_tokens_mean + self.sweep.output_tokens
+        if too_long > self.engine.max_seq_len:
+            raise ValueError(
+                f"sweep asks for {self.sweep.input_tokens_mean} input + {self.sweep.output_tokens} output tokens, "
+                f"more than engine.max_seq_len={self.engine.max_seq_len}"
+            )
+        return self
+
+
+def _parse_scalar(text: str) -> Any:
+    # YAML's scalar rules give ints, floats, bools, null and lists ("[1,2,4]") for free.
+    return yaml.safe_load(text)
+
+
+def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
+    """Set dotted keys (`sweep.concurrencies`) on the raw config dict; values may be YAML text."""
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ToolkitError(f"cannot set {dotted}: {key} is not a section", "check the key path")
+        node[leaf] = _parse_scalar(value) if isinstance(value, str) else value
+    return raw
+
+
+def parse_set_options(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ToolkitError(f"--set {pair!r} is not KEY=VALUE", "write e.g. --set sweep.output_tokens=64")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = value
+    return out
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> DeploymentConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ToolkitError(f"config file {path} does not exist", "pass one of configs/*.yaml with --config")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ToolkitError(f"config {path} is not valid YAML{where}", "fix the YAML syntax") from None
+    if not isinstance(raw, dict):
+        raise ToolkitError(f"config {path} must be a YAML mapping", "start from configs/cpu-tiny.yaml")
+    raw.setdefault("name", path.stem)
+    return validate_config(apply_overrides(raw, overrides or {}), source=str(path))
+
+
+def validate_config(raw: dict, source: str = "config") -> DeploymentConfig:
+    try:
+        return DeploymentConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        count = exc.error_count()
+        more = f" (+{count - 1} more)" if count > 1 else ""
+        raise ToolkitError(f"{source}: {where}: {first['msg']}{more}", "fix that key (see configs/cpu-tiny.yaml)") from None
+
+
+class ArtifactLayout:
+    """Where each stage's artifacts live: one place, derived from the config."""
+
+    def __init__(self, config: DeploymentConfig, root: Path | None = None):
+        self.config = config
+        self.root = Path(root or ".")
+
+    @property
+    def build_dir(self) -> Path:
+        return self.root / self.config.paths.build_dir
+
+    @property
+    def model_dir(self) -> Path:
+        src = self.config.model
+        return self.build_dir / "models" / src.preset if src.preset else Path(src.source)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        q = self.config.quantize
+        tag = q.qformat if q.kv_cache_dtype == "none" else f"{q.qformat}-kv{q.kv_cache_dtype}"
+        if q.export == "trtllm":
+            tag += f"-trtllm-tp{self.config.parallel.tp}pp{self.config.parallel.pp}"
+        return self.build_dir / "checkpoints" / f"{self.config.model.display_name}-{tag}"
+
+    @property
+    def engine_dir(self) -> Path:
+        return self.build_dir / "engines" / f"{self.config.name}-{self.config.engine.target}"
+
+    @property
+    def repo_dir(self) -> Path:
+        return self.root / self.config.paths.repo_root / self.config.name
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / self.config.paths.runs_dir
+
+    @property
+    def server_state_file(self) -> Path:
+        return self.build_dir / "servers" / f"{self.config.name}.json"

@@ -1,0 +1,100 @@
+"""`toolkit repo`: write a Triton model repository for an engine.
+
+Target `cpu`: python-backend models (toolkit/repo/python_models/) — the CPU engine serves the
+engine directory with in-flight batching. Target `trtllm`: the same layout with the
+`tensorrtllm` backend and its inflight_fused_batching parameters (runs in the NGC container).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from importlib import resources
+from pathlib import Path
+
+from toolkit.build.engine_config import EngineConfig
+from toolkit.config import DeploymentConfig
+from toolkit.manifest import read_manifest, write_manifest
+from toolkit.repo.models import ENSEMBLE_STEPS, MODEL_TENSORS
+from toolkit.repo.pbtxt import ensemble_scheduling, model_config
+
+# python_models/<source> → <model>/1/<file>
+_PYTHON_FILES = {
+    "preprocessing": {"preprocessing.py": "model.py"},
+    "postprocessing": {"postprocessing.py": "model.py"},
+    "tensorrt_llm": {"cpu_engine.py": "model.py", "quantized_checkpoint.py": "quantized_checkpoint.py"},
+}
+
+
+def tokenizer_dir_of(engine_dir: Path, target: str) -> Path:
+    """Where the tokenizer lives for a built engine (beside the CPU engine's checkpoint)."""
+    return engine_dir / "checkpoint" if target == "cpu" else engine_dir / "tokenizer"
+
+
+def _copy_python_model(repo_dir: Path, model: str) -> None:
+    version_dir = repo_dir / model / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    package = resources.files("toolkit.repo.python_models")
+    for source, dest in _PYTHON_FILES[model].items():
+        (version_dir / dest).write_text(package.joinpath(source).read_text())
+
+
+def engine_model_config(config: DeploymentConfig, engine: EngineConfig, engine_dir: Path) -> str:
+    inputs, outputs = MODEL_TENSORS["tensorrt_llm"]
+    e = config.engine
+    if e.target == "cpu":
+        params = {"engine_dir": engine_dir, "enable_kv_cache_reuse": e.enable_kv_cache_reuse}
+        return model_config("tensorrt_llm", "python", engine.max_batch_size, inputs, outputs, params, decoupled=True)
+    params = {
+        "gpt_model_type": "inflight_fused_batching",
+        "gpt_model_path": engine_dir,
+        "batch_scheduler_policy": e.batch_scheduler_policy,
+        "kv_cache_free_gpu_mem_fraction": e.kv_cache_free_gpu_mem_fraction,
+        "enable_kv_cache_reuse": e.enable_kv_cache_reuse,
+        "enable_chunked_context": e.enable_chunked_context,
+        # Only generated tokens come back, so clients count output tokens, not prompt + output.
+        "exclude_input_in_output": True,
+        "max_beam_width": 1,
+    }
+    return model_config("tensorrt_llm", "tensorrtllm", engine.max_batch_size, inputs, outputs, params,
+                        decoupled=True,
+                        extra=f"dynamic_batching {{\n  preferred_batch_size: [ {engine.max_batch_size} ]\n}}\n")
+
+
+def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> Path:
+    start = time.perf_counter()
+    read_manifest(engine_dir, "build", "toolkit build --config ...")
+    engine = EngineConfig.read(engine_dir)
+    engine_dir = engine_dir.resolve()
+    tokenizer_dir = tokenizer_dir_of(engine_dir, config.engine.target)
+    if repo_dir.exists():
+        shutil.rmtree(repo_dir)
+    repo_dir.mkdir(parents=True)
+    batch = engine.max_batch_size
+
+    for name in ("preprocessing", "postprocessing"):
+        inputs, outputs = MODEL_TENSORS[name]
+        _write(repo_dir / name / "config.pbtxt",
+               model_config(name, "python", batch, inputs, outputs, {"tokenizer_dir": tokenizer_dir}))
+        _copy_python_model(repo_dir, name)
+
+    _write(repo_dir / "tensorrt_llm" / "config.pbtxt", engine_model_config(config, engine, engine_dir))
+    if config.engine.target == "cpu":
+        _copy_python_model(repo_dir, "tensorrt_llm")
+    else:
+        (repo_dir / "tensorrt_llm" / "1").mkdir(parents=True, exist_ok=True)
+
+    inputs, outputs = MODEL_TENSORS["ensemble"]
+    _write(repo_dir / "ensemble" / "config.pbtxt",
+           model_config("ensemble", None, batch, inputs, outputs, extra=ensemble_scheduling(ENSEMBLE_STEPS)))
+    (repo_dir / "ensemble" / "1").mkdir(parents=True, exist_ok=True)
+
+    write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": config.engine.target},
+                   {"models": sorted(p.name for p in repo_dir.iterdir() if p.is_dir()),
+                    "tokenizer_dir": str(tokenizer_dir)}, time.perf_counter() - start)
+    return repo_dir
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

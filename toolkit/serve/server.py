@@ -1,0 +1,229 @@
+"""Start, wait for, and stop a tritonserver; the running server is recorded in a small state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+import requests
+
+from toolkit.config import DeploymentConfig, ServerSection
+from toolkit.errors import ToolkitError
+from toolkit.serve.install import TritonInstall, cpu_triton, gpu_triton
+
+
+@dataclass
+class ServerHandle:
+    pid: int
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_file: str
+    repo_dir: str
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "ServerHandle":
+        if not path.is_file():
+            raise ToolkitError(f"no running server recorded in {path}", "start one with `toolkit serve`")
+        return cls(**json.loads(path.read_text()))
+
+    def is_alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise ToolkitError(f"{what} port {port} on {host} is already in use",
+                               f"stop what uses it, or set server.{what}_port: 0 to pick a free one") from None
+
+
+def _choose_ports(server: ServerSection) -> dict[str, int]:
+    ports = {}
+    for what in ("http", "grpc", "metrics"):
+        port = getattr(server, f"{what}_port")
+        if port:
+            check_port_free(server.host, port, what)
+        else:
+            port = free_port(server.host)
+            while port in ports.values():
+                port = free_port(server.host)
+        ports[what] = port
+    return ports
+
+
+def tritonserver_command(install: TritonInstall, repo_dir: Path, host: str, ports: dict[str, int],
+                         log_file: Path, world_size: int = 1) -> list[str]:
+    rank0 = [str(install.binary), f"--model-repository={repo_dir}",
+             f"--http-address={host}", f"--http-port={ports['http']}",
+             f"--grpc-address={host}", f"--grpc-port={ports['grpc']}",
+             f"--metrics-address={host}", f"--metrics-port={ports['metrics']}",
+             "--allow-gpu-metrics=false" if install.backend_dir else "--allow-gpu-metrics=true",
+             "--disable-auto-complete-config", "--exit-timeout-secs=30", f"--log-file={log_file}"]
+    if install.backend_dir:
+        rank0.append(f"--backend-directory={install.backend_dir}")
+    if world_size == 1:
+        return rank0
+    # TensorRT-LLM with TP × PP > 1: one MPI rank per GPU. Rank 0 serves every endpoint; the other
+    # ranks load only the engine model, each with its own python-backend shared-memory prefix.
+    cmd = ["mpirun", "--allow-run-as-root"]
+    for rank in range(world_size):
+        if rank:
+            cmd.append(":")
+        args = rank0 if rank == 0 else [
+            str(install.binary), f"--model-repository={repo_dir}", "--model-control-mode=explicit",
+            "--load-model=tensorrt_llm", "--disable-auto-complete-config", "--allow-http=false",
+            "--allow-grpc=false", "--allow-metrics=false", f"--log-file={log_file}.rank{rank}"]
+        cmd += ["-n", "1"] + args + [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+    return cmd
+
+
+_LOAD_FAILURE = re.compile(r"(failed to load|Failed to initialize|failed to start|Invalid argument|error: creating server)",
+                           re.IGNORECASE)
+
+
+def _log_error_line(log_file: Path) -> str | None:
+    """The first line of the log that says why the server or a model failed, shortened to one line."""
+    if not log_file.is_file():
+        return None
+    for line in log_file.read_text(errors="replace").splitlines():
+        if _LOAD_FAILURE.search(line):
+            message = line.split("] ", 1)[-1].strip().strip('"')
+            return message.split("\\n")[0][:300]
+    return None
+
+
+def start_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state_file: Path) -> ServerHandle:
+    from toolkit.repo.checks import check_repository_or_raise
+
+    repo_dir = repo_dir.resolve()
+    if not (repo_dir / "ensemble" / "config.pbtxt").is_file():
+        raise ToolkitError(f"{repo_dir} is not a model repository (no ensemble/config.pbtxt)",
+                           "run `toolkit repo` first")
+    check_repository_or_raise(repo_dir)
+    if state_file.is_file():
+        old = ServerHandle.load(state_file)
+        if old.is_alive():
+            raise ToolkitError(f"a server for this config is already running (pid {old.pid}, {old.http_url})",
+                               "stop it with `toolkit stop`")
+    server = config.server
+    install = cpu_triton(work_dir) if config.engine.target == "cpu" else gpu_triton(server.tritonserver)
+    ports = _choose_ports(server)
+    log_file = (work_dir / "servers" / f"{config.name}.log").resolve()
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.unlink(missing_ok=True)
+    cmd = tritonserver_command(install, repo_dir, server.host, ports, log_file, config.parallel.world_size)
+    env = os.environ | install.env
+    stdout = (log_file.parent / f"{config.name}.stdout").open("w")
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+    handle = ServerHandle(proc.pid, server.host, ports["http"], ports["grpc"], ports["metrics"], str(log_file),
+                          str(repo_dir))
+    try:
+        _wait_ready(proc, handle, server.startup_timeout_s, log_file)
+    except BaseException:
+        _terminate(proc.pid)
+        raise
+    handle.save(state_file)
+    (log_file.parent / f"{config.name}.cmd").write_text(shlex.join(cmd) + "\n")
+    return handle
+
+
+def _wait_ready(proc: subprocess.Popen, handle: ServerHandle, timeout_s: float, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            line = _log_error_line(log_file) or f"(no error line; see {log_file})"
+            raise ToolkitError(f"tritonserver exited with {code} while starting: {line}",
+                               f"fix the model the log names; full log: {log_file}")
+        failure = _log_error_line(log_file)
+        if failure:  # a model failed to load; Triton may keep running without it, so do not wait
+            raise ToolkitError(f"tritonserver could not load the repository: {failure}",
+                               f"fix the model the log names; full log: {log_file}")
+        try:
+            if requests.get(f"{handle.http_url}/v2/health/ready", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.25)
+    line = _log_error_line(log_file) or "no error in the log"
+    raise ToolkitError(f"tritonserver not ready after {timeout_s:.0f}s: {line}",
+                       f"raise server.startup_timeout_s or read {log_file}")
+
+
+def _terminate(pid: int, timeout_s: float = 40) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                return
+        except ChildProcessError:  # not our child: poll for existence
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def stop_server(state_file: Path) -> ServerHandle:
+    handle = ServerHandle.load(state_file)
+    _terminate(handle.pid)
+    state_file.unlink(missing_ok=True)
+    return handle
+
+
+@contextmanager
+def running_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state_file: Path) -> Iterator[ServerHandle]:
+    handle = start_server(config, repo_dir, work_dir, state_file)
+    try:
+        yield handle
+    finally:
+        stop_server(state_file)
