@@ -37,7 +37,7 @@ POSTPROCESSING_INPUTS = [
     TensorSpec("TOKENS_BATCH", I32, (-1, -1)),
     TensorSpec("SEQUENCE_LENGTH", I32, (-1,)),
 ]
-POSTPROCESSING_OUTPUTS = [TensorSpec("OUTPUT", STR, (-1,))]
+POSTPROCESSING_OUTPUTS = [TensorSpec("OUTPUT", STR, (-1,)), TensorSpec("OUTPUT_TOKEN_COUNT", I32, (1,))]
 
 ENSEMBLE_INPUTS = [
     TensorSpec("text_input", STR, (1,)),
@@ -46,7 +46,9 @@ ENSEMBLE_INPUTS = [
     TensorSpec("end_id", I32, (1,), optional=True),
     TensorSpec("ignore_eos", BOOL, (1,), optional=True),
 ]
-ENSEMBLE_OUTPUTS = [TensorSpec("text_output", STR, (-1,))]
+# output_token_count: tokens in this response, as the engine counted them. Clients should prefer it
+# to re-tokenizing text_output (a streamed token can be a partial UTF-8 character, so text is lossy).
+ENSEMBLE_OUTPUTS = [TensorSpec("text_output", STR, (-1,)), TensorSpec("output_token_count", I32, (1,))]
 
 ENSEMBLE_STEPS = [
     EnsembleStep("preprocessing",
@@ -60,7 +62,7 @@ ENSEMBLE_STEPS = [
                  outputs={"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}),
     EnsembleStep("postprocessing",
                  inputs={"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-                 outputs={"OUTPUT": "text_output"}),
+                 outputs={"OUTPUT": "text_output", "OUTPUT_TOKEN_COUNT": "output_token_count"}),
 ]
 
 MODEL_TENSORS = {

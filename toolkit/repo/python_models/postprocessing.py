@@ -27,5 +27,8 @@ class TritonPythonModel:
                     ids = beam_tokens[: int(length)].tolist()
                     texts.append(self.tokenizer.decode(ids, skip_special_tokens=True).encode("utf-8"))
             out = np.array(texts, dtype=object).reshape(tokens.shape[0], -1)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", out)]))
+            # Tokens in this response (first beam), so clients need not re-tokenize lossy streamed text.
+            counts = lengths[:, :1].astype(np.int32).reshape(tokens.shape[0], 1)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT", out), pb_utils.Tensor("OUTPUT_TOKEN_COUNT", counts)]))
         return responses

@@ -1,0 +1,145 @@
+"""Endpoint clients behind one interface. Clients only time and collect; they compute no statistics.
+
+Each client fills a RequestRecord: one entry in `chunk_times` per streamed response that carries
+output, `end_time` at the final response, `error`/`error_kind` on failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Protocol
+
+import numpy as np
+
+from toolkit.bench.records import RequestRecord
+
+
+class EndpointClient(Protocol):
+    name: str
+
+    async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def classify_error(exc: BaseException) -> str:
+    text = str(exc).lower()
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or "deadline" in text or "timed out" in text:
+        return "timeout"
+    if any(s in text for s in ("unavailable", "connection", "connect", "reset by peer", "broken pipe", "eof")):
+        return "connection"
+    return "client"
+
+
+class TritonGrpcClient:
+    """Triton gRPC bidirectional streaming (what genai-perf's triton service kind uses)."""
+
+    name = "triton-grpc"
+
+    def __init__(self, url: str, model: str = "ensemble"):
+        import tritonclient.grpc.aio as grpc_aio
+
+        self._grpc = grpc_aio
+        self.client = grpc_aio.InferenceServerClient(url)
+        self.model = model
+
+    def _inputs(self, text: str, max_tokens: int) -> list:
+        values = {
+            "text_input": (np.array([[text]], dtype=object), "BYTES"),
+            "max_tokens": (np.array([[max_tokens]], dtype=np.int32), "INT32"),
+            "stream": (np.array([[True]]), "BOOL"),
+            "ignore_eos": (np.array([[True]]), "BOOL"),
+        }
+        inputs = []
+        for name, (array, dtype) in values.items():
+            tensor = self._grpc.InferInput(name, list(array.shape), dtype)
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        return inputs
+
+    async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
+        request = {"model_name": self.model, "inputs": self._inputs(text, max_tokens),
+                   "enable_empty_final_response": True, "request_id": str(record.request_index)}
+
+        async def one_request():
+            yield request
+
+        pieces = []
+        record.send_time = time.perf_counter()
+        async for result, error in self.client.stream_infer(one_request()):
+            now = time.perf_counter()
+            if error is not None:
+                record.error, record.error_kind = str(error).splitlines()[0], "server_error"
+                break
+            response = result.get_response()
+            out = result.as_numpy("text_output")
+            if out is not None and out.size:
+                record.chunk_times.append(now)
+                pieces.append(b"".join(v if isinstance(v, bytes) else str(v).encode() for v in out.reshape(-1)).decode("utf-8", "replace"))
+                count = result.as_numpy("output_token_count")
+                if count is not None:
+                    record.server_output_tokens = (record.server_output_tokens or 0) + int(count.sum())
+            final = response.parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                record.end_time = now
+                break
+        record.output_text = "".join(pieces)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class TritonHttpClient:
+    """Triton's HTTP generate extension: POST /v2/models/<m>/generate_stream, server-sent events."""
+
+    name = "triton-http"
+
+    def __init__(self, url: str, model: str = "ensemble"):
+        import aiohttp
+
+        self.url = f"{url.rstrip('/')}/v2/models/{model}/generate_stream"
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+
+    async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
+        body = {"text_input": text, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+        pieces = []
+        record.send_time = time.perf_counter()
+        async with self.session.post(self.url, json=body) as response:
+            if response.status != 200:
+                detail = (await response.text())[:200]
+                record.error, record.error_kind = f"HTTP {response.status}: {detail}", "server_error"
+                return
+            async for raw in response.content:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                now = time.perf_counter()
+                event = json.loads(line[5:])
+                if "error" in event:
+                    record.error, record.error_kind = str(event["error"]), "server_error"
+                    return
+                if "text_output" in event:
+                    record.chunk_times.append(now)
+                    pieces.append(event["text_output"])
+                    if "output_token_count" in event:
+                        count = event["output_token_count"]
+                        count = sum(count) if isinstance(count, list) else int(count)
+                        record.server_output_tokens = (record.server_output_tokens or 0) + count
+        record.end_time = time.perf_counter()
+        record.output_text = "".join(pieces)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+CLIENTS = {"triton-grpc": TritonGrpcClient, "triton-http": TritonHttpClient}
+
+
+def make_client(endpoint: str, url: str, model: str) -> EndpointClient:
+    if endpoint not in CLIENTS:
+        from toolkit.errors import ToolkitError
+
+        raise ToolkitError(f"unknown endpoint {endpoint!r}", f"use one of: {', '.join(CLIENTS)}")
+    return CLIENTS[endpoint](url, model)

@@ -1,0 +1,181 @@
+"""Metric math, pure: records in, statistics out. Definitions follow genai-perf / AIPerf.
+
+One class per metric with its unit (AIPerf style). Record metrics give one value per request
+(or several, for per-chunk gaps); aggregate metrics give one number per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolkit.bench.records import RequestRecord
+
+PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
+
+
+class RecordMetric:
+    tag: str
+    unit: str
+    header: str
+
+    def values(self, record: RequestRecord) -> list[float]:
+        raise NotImplementedError
+
+
+class TimeToFirstToken(RecordMetric):
+    tag, unit, header = "time_to_first_token", "ms", "Time to first token"
+
+    def values(self, r):
+        return [r.ttft * 1e3]
+
+
+class TimeToSecondToken(RecordMetric):
+    tag, unit, header = "time_to_second_token", "ms", "Time to second token"
+
+    def values(self, r):
+        return [(r.chunk_times[1] - r.chunk_times[0]) * 1e3] if len(r.chunk_times) > 1 else []
+
+
+class InterTokenLatency(RecordMetric):
+    """(end-to-end − TTFT) / (output tokens − 1). vLLM calls this TPOT."""
+
+    tag, unit, header = "inter_token_latency", "ms", "Inter-token latency"
+
+    def values(self, r):
+        itl = r.inter_token_latency
+        return [itl * 1e3] if itl is not None else []
+
+
+class InterChunkGap(RecordMetric):
+    """Every gap between consecutive streamed responses (vLLM's ITL): shows stalls the mean hides."""
+
+    tag, unit, header = "inter_chunk_gap", "ms", "Inter-chunk gap"
+
+    def values(self, r):
+        return [g * 1e3 for g in r.chunk_gaps]
+
+
+class RequestLatency(RecordMetric):
+    tag, unit, header = "request_latency", "ms", "Request latency"
+
+    def values(self, r):
+        return [r.e2e_latency * 1e3]
+
+
+class PrefillShare(RecordMetric):
+    """TTFT as a share of the request latency: which phase a request's latency is spent in."""
+
+    tag, unit, header = "prefill_share", "%", "TTFT share of latency"
+
+    def values(self, r):
+        return [100 * r.ttft / r.e2e_latency] if r.e2e_latency else []
+
+
+class InputSequenceLength(RecordMetric):
+    tag, unit, header = "input_sequence_length", "tokens", "Input sequence length"
+
+    def values(self, r):
+        return [r.input_tokens]
+
+
+class OutputSequenceLength(RecordMetric):
+    tag, unit, header = "output_sequence_length", "tokens", "Output sequence length"
+
+    def values(self, r):
+        return [r.output_tokens]
+
+
+class OutputTokenThroughputPerUser(RecordMetric):
+    """1 / ITL: the decode speed one user sees."""
+
+    tag, unit, header = "output_token_throughput_per_user", "tokens/s", "Output token throughput per user"
+
+    def values(self, r):
+        itl = r.inter_token_latency
+        return [1.0 / itl] if itl else []
+
+
+RECORD_METRICS: list[RecordMetric] = [
+    TimeToFirstToken(), TimeToSecondToken(), InterTokenLatency(), InterChunkGap(), RequestLatency(),
+    PrefillShare(), InputSequenceLength(), OutputSequenceLength(), OutputTokenThroughputPerUser(),
+]
+
+
+def distribution(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    arr = np.asarray(values, dtype=float)
+    out = {"avg": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max()), "std": float(arr.std())}
+    for p, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES)):
+        out[f"p{p}"] = float(v)
+    return out
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Service-level objectives for goodput, in milliseconds (None = no bound)."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    latency_ms: float | None = None
+
+    def met_by(self, r: RequestRecord) -> bool:
+        checks = ((self.ttft_ms, r.ttft), (self.itl_ms, r.inter_token_latency), (self.latency_ms, r.e2e_latency))
+        return all(bound is None or (value is not None and value * 1e3 <= bound) for bound, value in checks)
+
+
+def step_window(records: list[RequestRecord]) -> float:
+    """Seconds from the first send to the last completion (the denominator of throughputs)."""
+    ends = [r.end_time for r in records if r.end_time is not None] + [t for r in records for t in r.chunk_times[-1:]]
+    if not records or not ends:
+        return 0.0
+    return max(ends) - min(r.send_time for r in records)
+
+
+def calculate_metrics(records: list[RequestRecord], slo: Slo | None = None) -> dict:
+    """Summary of one step. Warm-up records are excluded; failed ones are counted by kind."""
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    failed = [r for r in measured if not r.ok]
+    duration = step_window(measured)
+    metrics = {}
+    for metric in RECORD_METRICS:
+        values = [v for r in ok for v in metric.values(r)]
+        stats = distribution(values)
+        if stats is not None:
+            metrics[metric.tag] = {"unit": metric.unit, **stats}
+    output_tokens = sum(r.output_tokens for r in ok)
+    errors_by_kind: dict[str, int] = {}
+    for r in failed:
+        kind = r.error_kind or "incomplete"
+        errors_by_kind[kind] = errors_by_kind.get(kind, 0) + 1
+    summary = {
+        "request_count": len(ok),
+        "error_count": len(failed),
+        "errors_by_kind": errors_by_kind,
+        "duration_s": duration,
+        "metrics": metrics,
+        "output_token_throughput": {"unit": "tokens/s", "avg": output_tokens / duration if duration else 0.0},
+        "request_throughput": {"unit": "requests/s", "avg": len(ok) / duration if duration else 0.0},
+    }
+    if slo is not None:
+        good = sum(1 for r in ok if slo.met_by(r))
+        summary["goodput"] = {"unit": "requests/s", "avg": good / duration if duration else 0.0,
+                              "good_requests": good, "slo": slo.__dict__}
+    return summary
+
+
+def phase_split(summary: dict) -> dict[str, float] | None:
+    """Mean prefill (TTFT) vs decode (latency − TTFT) time of a step, and which dominates."""
+    m = summary.get("metrics", {})
+    if "time_to_first_token" not in m or "request_latency" not in m:
+        return None
+    prefill = m["time_to_first_token"]["avg"]
+    total = m["request_latency"]["avg"]
+    decode = max(total - prefill, 0.0)
+    share = prefill / total if total and not math.isclose(total, 0.0) else 0.0
+    return {"prefill_ms": prefill, "decode_ms": decode, "prefill_share": share, "decode_share": 1 - share,
+            "dominant": "decode" if decode >= prefill else "prefill"}

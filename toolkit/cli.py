@@ -1,0 +1,227 @@
+"""`toolkit`: a thin Click layer — each command parses flags, loads the config, calls one function."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from toolkit.config import ArtifactLayout, load_config, parse_set_options
+from toolkit.errors import ToolkitError
+
+DEFAULT_CONFIG = "configs/cpu-tiny.yaml"
+
+
+def _load(config_path: str, sets: tuple[str, ...], **flags):
+    overrides = parse_set_options(sets)
+    overrides.update({k: v for k, v in flags.items() if v is not None and v != ()})
+    config = load_config(config_path, overrides)
+    return config, ArtifactLayout(config)
+
+
+def config_options(func):
+    func = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                        help="Override any config key, e.g. --set sweep.output_tokens=64 (repeatable).")(func)
+    return click.option("--config", "-c", "config_path", default=DEFAULT_CONFIG, show_default=True,
+                        help="Deployment config (configs/*.yaml).")(func)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="llm-deploy-toolkit")
+def cli():
+    """Quantize → build → Triton repository → serve → sweep → report, on TensorRT-LLM + Triton
+    (or the embedded CPU default)."""
+
+
+@cli.command("init-model")
+@config_options
+@click.option("--force", is_flag=True, help="Recreate even if it exists.")
+def init_model_cmd(config_path, sets, force):
+    """Create the offline preset model (random weights, tokenizer trained on shipped text)."""
+    from toolkit import pipeline
+
+    config, layout = _load(config_path, sets)
+    out = pipeline.init_model(config, layout, force=force)
+    click.echo(f"model: {out}")
+
+
+@cli.command("quantize")
+@config_options
+@click.option("--qformat", type=click.Choice(["none", "fp8", "int4_awq", "int8_sq", "w4a8_awq"]), default=None)
+@click.option("--kv-cache-dtype", type=click.Choice(["none", "fp8", "int8"]), default=None)
+@click.option("--export", "export_format", type=click.Choice(["hf", "trtllm"]), default=None,
+              help="hf: unified HF checkpoint; trtllm: TensorRT-LLM checkpoint with mapping (rank*.safetensors).")
+@click.option("--tp", type=int, default=None, help="Tensor parallel size (trtllm export).")
+@click.option("--pp", type=int, default=None, help="Pipeline parallel size (trtllm export).")
+def quantize_cmd(config_path, sets, qformat, kv_cache_dtype, export_format, tp, pp):
+    """Quantize with ModelOpt on shipped calibration text; quality-gate; export a checkpoint."""
+    from toolkit import pipeline
+
+    config, layout = _load(config_path, sets, **{"quantize.qformat": qformat, "quantize.kv_cache_dtype": kv_cache_dtype,
+                                                 "quantize.export": export_format, "parallel.tp": tp, "parallel.pp": pp})
+    result = pipeline.quantize(config, layout)
+    quality = result.quality
+    gate = (f" | quality: mean KL {quality.mean_kl:.5f}, perplexity ×{quality.perplexity_ratio:.4f}" if quality else "")
+    click.echo(f"checkpoint: {result.checkpoint_dir} ({result.seconds:.1f}s){gate}")
+
+
+@cli.command("build")
+@config_options
+@click.option("--target", type=click.Choice(["cpu", "trtllm", "llmapi"]), default=None)
+@click.option("--dry-run", is_flag=True, help="trtllm: print the trtllm-build command instead of running it.")
+def build_cmd(config_path, sets, target, dry_run):
+    """Build the engine: cpu (checkpoint + engine config), trtllm (trtllm-build), llmapi (LLM API config)."""
+    from toolkit import pipeline
+
+    config, layout = _load(config_path, sets, **{"engine.target": target})
+    outputs = pipeline.build(config, layout, dry_run=dry_run)
+    if "command" in outputs:
+        click.echo(outputs["command"])
+    if not dry_run:
+        click.echo(f"engine: {layout.engine_dir}")
+
+
+@cli.group("repo", invoke_without_command=True)
+@config_options
+@click.pass_context
+def repo_cmd(ctx, config_path, sets):
+    """Write the Triton model repository for the built engine (then check it)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from toolkit import pipeline
+
+    config, layout = _load(config_path, sets)
+    repo_dir, findings = pipeline.repo(config, layout)
+    for finding in findings:
+        click.echo(str(finding), err=True)
+    click.echo(f"repository: {repo_dir}")
+
+
+@repo_cmd.command("check")
+@click.argument("repo_dir", type=click.Path(path_type=Path))
+@click.option("--engine", "engine_dir", type=click.Path(path_type=Path), default=None,
+              help="Engine directory to hold the repository against (default: the one it names).")
+@click.option("--world-size", type=int, default=None, help="MPI ranks the server will launch (TP × PP).")
+def repo_check_cmd(repo_dir, engine_dir, world_size):
+    """Validate a Triton repository before the server does."""
+    from toolkit.repo.checks import check_repository
+
+    findings = check_repository(repo_dir, engine_dir, world_size)
+    for finding in findings:
+        click.echo(str(finding))
+    errors = sum(f.severity == "error" for f in findings)
+    click.echo(f"{errors} error(s), {len(findings) - errors} warning(s) in {repo_dir}")
+    if errors:
+        sys.exit(1)
+
+
+@cli.command("serve")
+@config_options
+@click.option("--detach", is_flag=True, help="Return once ready and leave the server running (stop: `toolkit stop`).")
+def serve_cmd(config_path, sets, detach):
+    """Start Triton on 127.0.0.1 against the repository; Ctrl-C (or `toolkit stop`) stops it."""
+    from toolkit import pipeline
+
+    config, layout = _load(config_path, sets)
+    handle = pipeline.serve(config, layout)
+    click.echo(f"ready (pid {handle.pid})\n  HTTP:    {handle.http_url}\n  gRPC:    {handle.grpc_url}\n"
+               f"  metrics: {handle.metrics_url}\n  log:     {handle.log_file}")
+    if detach:
+        return
+    click.echo("Ctrl-C to stop")
+    waited = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    try:
+        signal.sigwait(waited)
+    finally:
+        pipeline.stop(layout)
+        click.echo("stopped")
+
+
+@cli.command("stop")
+@config_options
+def stop_cmd(config_path, sets):
+    """Stop the server started by `toolkit serve` for this config."""
+    from toolkit import pipeline
+
+    _, layout = _load(config_path, sets)
+    handle = pipeline.stop(layout)
+    click.echo(f"stopped pid {handle.pid}")
+
+
+@cli.command("sweep")
+@config_options
+@click.option("--concurrency", "concurrencies", type=int, multiple=True, help="Repeatable; overrides sweep.concurrencies.")
+@click.option("--endpoint", type=click.Choice(["triton-grpc", "triton-http"]), default=None)
+@click.option("--requests", type=int, default=None, help="Requests per concurrency step.")
+@click.option("--input-tokens", type=int, default=None)
+@click.option("--output-tokens", type=int, default=None)
+def sweep_cmd(config_path, sets, concurrencies, endpoint, requests, input_tokens, output_tokens):
+    """Streaming load over the running server; writes perf/runs/<time>-<name>/."""
+    from toolkit import pipeline
+
+    config, layout = _load(config_path, sets, **{
+        "sweep.concurrencies": list(concurrencies) if concurrencies else None, "sweep.endpoint": endpoint,
+        "sweep.requests_per_concurrency": requests, "sweep.input_tokens_mean": input_tokens,
+        "sweep.output_tokens": output_tokens})
+    run_dir = pipeline.sweep(config, layout)
+    click.echo(f"run: {run_dir}")
+
+
+@cli.command("report")
+@click.argument("run_dir", type=click.Path(path_type=Path), required=False)
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("perf/runs"), show_default=True)
+def report_cmd(run_dir, runs_dir):
+    """Write report.md for a sweep run (default: the latest run)."""
+    from toolkit import pipeline
+    from toolkit.report.rundir import latest_run
+
+    path = pipeline.report(run_dir or latest_run(runs_dir))
+    click.echo(f"report: {path}")
+
+
+@cli.command("demo")
+@config_options
+def demo_cmd(config_path, sets):
+    """init-model → quantize → build → repo → serve → sweep → report, then stop the server."""
+    from toolkit import pipeline
+
+    config, layout = _load(config_path, sets)
+    echo = click.echo
+    echo(f"[1/7] model        {pipeline.ensure_model(config, layout)}")
+    result = pipeline.quantize(config, layout)
+    quality = f" (mean KL {result.quality.mean_kl:.5f})" if result.quality else ""
+    echo(f"[2/7] quantize     {result.checkpoint_dir} [{config.quantize.qformat}]{quality}")
+    pipeline.build(config, layout)
+    echo(f"[3/7] build        {layout.engine_dir} [{config.engine.target}]")
+    repo_dir, _ = pipeline.repo(config, layout)
+    echo(f"[4/7] repo         {repo_dir}")
+    handle = pipeline.serve(config, layout)
+    echo(f"[5/7] serve        gRPC {handle.grpc_url}, HTTP {handle.http_url}, metrics {handle.metrics_url}")
+    try:
+        run_dir = pipeline.sweep(config, layout, progress=lambda line: echo(f"[6/7] {line}"))
+    finally:
+        pipeline.stop(layout)
+    report = pipeline.report(run_dir)
+    echo(f"[7/7] report       {report}")
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ToolkitError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("interrupted: records measured so far are saved", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

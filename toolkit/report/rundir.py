@@ -1,0 +1,48 @@
+"""Reading a run directory back: reports are made from these files only, never from live objects."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.bench.records import RequestRecord, read_records
+from toolkit.bench.server_metrics import read_server_metrics
+from toolkit.errors import ToolkitError
+
+
+@dataclass
+class RunDir:
+    path: Path
+    summary: dict
+
+    @classmethod
+    def open(cls, path: str | Path) -> "RunDir":
+        path = Path(path)
+        summary_path = path / "summary.json"
+        if not summary_path.is_file():
+            raise ToolkitError(f"{path} has no summary.json (not a sweep run directory)",
+                               "pass a directory under perf/runs/ written by `toolkit sweep`")
+        return cls(path, json.loads(summary_path.read_text()))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def steps(self) -> list[dict]:
+        return self.summary.get("steps", [])
+
+    def records(self) -> list[RequestRecord]:
+        path = self.path / "records.jsonl"
+        return read_records(path) if path.is_file() else []
+
+    def server_metrics(self) -> list[dict]:
+        return read_server_metrics(self.path / "server_metrics.jsonl")
+
+
+def latest_run(runs_dir: Path) -> Path:
+    runs = sorted(p for p in Path(runs_dir).glob("*/summary.json"))
+    if not runs:
+        raise ToolkitError(f"no sweep runs under {runs_dir}", "run `toolkit sweep` first")
+    return max(runs, key=lambda p: p.stat().st_mtime).parent
