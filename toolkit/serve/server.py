@@ -128,7 +128,12 @@ def _log_error_line(log_file: Path) -> str | None:
     for line in log_file.read_text(errors="replace").splitlines():
         if _LOAD_FAILURE.search(line):
             message = line.split("] ", 1)[-1].strip().strip('"')
-            return message.split("\\n")[0][:300]
+            first = message.split("\\n")[0][:300]
+            # A python model's traceback names its file: <repo>/<model>/<version>/model.py
+            model = re.search(r"/([^/\s]+)/\d+/model\.py", message)
+            if model and model.group(1) not in first:
+                first = f"model {model.group(1)}: {first}"
+            return first
     return None
 
 

@@ -1,0 +1,92 @@
+"""Bad input through the real CLI: one line naming the problem and the fix, non-zero exit, no traceback."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from e2e_helpers import tiny_deployment
+from toolkit import pipeline
+from toolkit.errors import ToolkitError
+
+
+def run_cli(*args, cwd=None):
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def assert_one_line_error(result, *needles):
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_missing_config(tmp_path):
+    assert_one_line_error(run_cli("quantize", "-c", str(tmp_path / "none.yaml")), "does not exist", "--config")
+
+
+def test_malformed_config(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nengine: [unclosed\n")
+    assert_one_line_error(run_cli("build", "-c", str(bad)), "not valid YAML")
+
+
+def test_unknown_qformat_via_set(tmp_path):
+    result = run_cli("quantize", "--set", "quantize.qformat=nvfp8")
+    assert_one_line_error(result, "quantize.qformat")
+
+
+def test_unknown_qformat_flag_is_a_usage_error():
+    result = run_cli("quantize", "--qformat", "nvfp8")
+    assert result.returncode == 2 and "nvfp8" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_checkpoint_without_config_json(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: x\nmodel:\n  source: {tmp_path / 'empty'}\npaths:\n  build_dir: {tmp_path / 'b'}\n")
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(run_cli("quantize", "-c", str(config)), "has no config.json")
+
+
+def test_trtllm_build_without_tensorrt_llm_says_so(tmp_path, tiny_model_dir):
+    config, layout = tiny_deployment(tmp_path, tiny_model_dir, quantize={"export": "trtllm", "qformat": "fp8"},
+                                     engine={"target": "trtllm"})
+    pipeline.quantize(config, layout)
+    dry = pipeline.build(config, layout, dry_run=True)["command"]
+    assert dry.startswith("trtllm-build --checkpoint_dir")
+    with pytest.raises(ToolkitError, match="TensorRT-LLM \\(trtllm-build\\) is not installed here"):
+        pipeline.build(config, layout)
+
+
+def test_port_in_use(tmp_path, tiny_model_dir):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config, layout = tiny_deployment(tmp_path, tiny_model_dir, server={"http_port": port})
+        pipeline.quantize(config, layout)
+        pipeline.build(config, layout)
+        pipeline.repo(config, layout)
+        with pytest.raises(ToolkitError, match=f"http port {port} on 127.0.0.1 is already in use"):
+            pipeline.serve(config, layout)
+
+
+def test_model_that_fails_to_load_shows_the_log_line(tmp_path, tiny_model_dir):
+    config, layout = tiny_deployment(tmp_path, tiny_model_dir, name="broken")
+    pipeline.quantize(config, layout)
+    pipeline.build(config, layout)
+    repo_dir, _ = pipeline.repo(config, layout)
+    model_py = repo_dir / "postprocessing" / "1" / "model.py"
+    model_py.write_text(model_py.read_text().replace("def initialize(self, args):",
+                                                     "def initialize(self, args):\n        raise RuntimeError('tokenizer exploded')"))
+    with pytest.raises(ToolkitError) as err:
+        pipeline.serve(config, layout)
+    message = str(err.value)
+    assert "tokenizer exploded" in message and "postprocessing" in message and "\n" not in message
+    assert not layout.server_state_file.exists()

@@ -1,0 +1,115 @@
+"""End to end on the tiny preset with a real Triton server: quantize → build → repo → serve →
+stream over gRPC and HTTP → sweep → report."""
+
+import json
+import threading
+
+import pytest
+import requests
+
+from e2e_helpers import deploy, grpc_stream, tiny_deployment
+from toolkit import pipeline
+from toolkit.bench.records import read_records
+from toolkit.report.rundir import RunDir
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_model_dir):
+    tmp = tmp_path_factory.mktemp("e2e")
+    config, layout = tiny_deployment(tmp, tiny_model_dir)
+    handle = deploy(config, layout)
+    yield config, layout, handle
+    pipeline.stop(layout)
+
+
+def test_grpc_streams_real_tokens_one_by_one(served):
+    _, _, handle = served
+    sent, chunks, error = grpc_stream(handle.grpc_url, "Decode emits one token per forward pass.", 10)
+    assert error is None
+    assert len(chunks) == 10 and all(count == 1 for _, _, count in chunks)
+    times = [t for t, _, _ in chunks]
+    assert all(b > a for a, b in zip(times, times[1:])) and times[0] > sent
+    assert "".join(text for _, text, _ in chunks).strip()
+
+
+def test_http_generate_stream_sends_server_sent_events(served):
+    _, _, handle = served
+    body = {"text_input": "Paged attention stores the cache in blocks.", "max_tokens": 6, "stream": True,
+            "ignore_eos": True}
+    with requests.post(f"{handle.http_url}/v2/models/ensemble/generate_stream", json=body, stream=True,
+                       timeout=60) as response:
+        assert response.status_code == 200
+        events = [json.loads(line[5:]) for line in response.iter_lines(decode_unicode=True)
+                  if line and line.startswith("data:")]
+    token_events = [e for e in events if "text_output" in e]
+    assert len(token_events) == 6
+    assert sum(e["output_token_count"] for e in token_events) == 6
+
+
+def test_inflight_batching_is_greedy_identical_to_alone(served):
+    """Requests that join a running batch produce what they produce alone (greedy decoding)."""
+    _, _, handle = served
+    prompts = [f"Request number {i} asks about the key and value cache." for i in range(4)]
+    alone = ["".join(t for _, t, _ in grpc_stream(handle.grpc_url, p, 8)[1]) for p in prompts]
+    together = [None] * 4
+
+    def run(i):
+        together[i] = "".join(t for _, t, _ in grpc_stream(handle.grpc_url, prompts[i], 8)[1])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert together == alone
+
+
+def test_prompt_longer_than_engine_is_refused_with_the_fix(served):
+    _, _, handle = served
+    _, chunks, error = grpc_stream(handle.grpc_url, "word " * 400, 4)
+    assert chunks == [] and "max_input_len" in error and "rebuild" in error
+
+
+def test_phase_metrics_exported_through_triton(served):
+    _, _, handle = served
+    grpc_stream(handle.grpc_url, "One more request for the metrics.", 4)
+    text = requests.get(handle.metrics_url, timeout=5).text
+    assert 'toolkit_prefill_time_seconds_count{model="tensorrt_llm",version="1"}' in text
+    assert 'toolkit_decode_time_seconds_bucket{' in text
+    assert 'toolkit_kv_cache_blocks_max{model="tensorrt_llm",version="1"} 32' in text
+
+
+def test_sweep_and_report_are_consistent(served):
+    config, layout, _ = served
+    run_dir = pipeline.sweep(config, layout, progress=lambda _: None)
+    run = RunDir.open(run_dir)
+    assert run.summary["complete"] is True
+    assert [s["concurrency"] for s in run.steps] == [1, 4]
+    records = [r for r in read_records(run_dir / "records.jsonl")]
+    measured = [r for r in records if not r.warmup]
+    assert len(measured) == 16 and sum(r.warmup for r in records) == 1
+    for r in measured:
+        assert r.ok and r.output_tokens == 12 and len(r.chunk_times) == 12
+        assert 0 < r.ttft < r.e2e_latency
+        assert r.ttft + r.inter_token_latency * (r.output_tokens - 1) == pytest.approx(r.e2e_latency, rel=1e-9)
+    for step in run.steps:
+        m = step["metrics"]
+        assert step["error_count"] == 0 and step["request_count"] == 8
+        assert 0 < m["time_to_first_token"]["avg"] < m["request_latency"]["avg"]
+        assert m["inter_token_latency"]["min"] > 0
+        assert m["output_sequence_length"]["avg"] == 12
+        assert step["output_token_throughput"]["avg"] > 0
+    assert (run_dir / "server_metrics.jsonl").is_file()
+    report = pipeline.report(run_dir).read_text()
+    assert "## Concurrency 4" in report and "Prefill vs decode" in report and "Time to first token" in report
+
+
+def test_sweep_over_http_endpoint(served):
+    config, layout, _ = served
+    http_config = config.model_copy(update={"sweep": config.sweep.model_copy(
+        update={"endpoint": "triton-http", "concurrencies": [2], "requests_per_concurrency": 4})})
+    run = RunDir.open(pipeline.sweep(http_config, layout, progress=lambda _: None))
+    step = run.steps[0]
+    assert step["request_count"] == 4 and step["metrics"]["output_sequence_length"]["avg"] == 12
