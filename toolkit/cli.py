@@ -182,6 +182,41 @@ def report_cmd(run_dir, runs_dir):
     click.echo(f"report: {path}")
 
 
+@cli.command("plan")
+@config_options
+@click.option("--model", "-m", default=None, help="Known model name (e.g. llama-2-70b) or a checkpoint directory.")
+@click.option("--gpu", "-g", default=None, help="GPU from the catalog, or cpu (default: plan.gpu of the config).")
+@click.option("--tp", type=int, default=None)
+@click.option("--pp", type=int, default=None)
+@click.option("--weights", type=click.Choice(["bf16", "fp16", "fp32", "fp8", "int8", "int4"]), default=None)
+@click.option("--kv-dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8", "int8"]), default=None)
+@click.option("--kv-fraction", "kv_free_mem_fraction", type=float, default=None,
+              help="Share of free memory given to the KV cache (kv_cache_free_gpu_mem_fraction).")
+@click.option("--max-seq-len", type=int, default=None)
+@click.option("--batch", type=int, default=None)
+@click.option("--isl", type=int, default=None, help="Input tokens per request.")
+@click.option("--osl", type=int, default=None, help="Output tokens per request.")
+@click.option("--efficiency", "prefill_efficiency", type=float, default=None, help="Fraction of peak prefill reaches.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None, help="Where plan.json and roofline.png go.")
+@click.option("--list-gpus", is_flag=True, help="List the GPU catalog and exit.")
+def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, **overrides):
+    """Memory and roofline plan: will it fit, on how many GPUs, and what TTFT / ITL the hardware allows."""
+    from toolkit import pipeline
+    from toolkit.plan.gpus import GPUS
+    from toolkit.plan.stage import render_table
+
+    if list_gpus:
+        for spec in GPUS.values():
+            fp8 = f"{spec.fp8_tflops:g}" if spec.fp8_tflops else "-"
+            click.echo(f"{spec.name:<10} {spec.memory_gb:>5g} GB  {spec.bandwidth_tbs:>5g} TB/s  bf16 {spec.bf16_tflops:>6g}"
+                       f"  fp8 {fp8:>6} TFLOP/s  link {spec.interconnect_gbs:g} GB/s  [{spec.source}]")
+        return
+    config, layout = _load(config_path, sets)
+    result, paths = pipeline.plan(config, layout, model=model, gpu=gpu, out_dir=out_dir, **overrides)
+    click.echo(render_table(result))
+    click.echo(f"\nplan: {paths['plan']}\nroofline: {paths['roofline']}")
+
+
 @cli.command("demo")
 @config_options
 def demo_cmd(config_path, sets):

@@ -119,6 +119,12 @@ class SweepSection(_Section):
         return value
 
 
+class PlanSection(_Section):
+    gpu: str = "cpu"  # a name from `toolkit plan --list-gpus`, or cpu (this machine, probed)
+    prefill_efficiency: float = Field(0.6, gt=0, le=1)
+    runtime_overhead_gb: float = Field(2.0, ge=0)
+
+
 class PathsSection(_Section):
     build_dir: str = "build"
     repo_root: str = "model_repo"
@@ -133,6 +139,7 @@ class DeploymentConfig(_Section):
     engine: EngineSection = EngineSection()
     server: ServerSection = ServerSection()
     sweep: SweepSection = SweepSection()
+    plan: PlanSection = PlanSection()
     paths: PathsSection = PathsSection()
 
     @model_validator(mode="after")
@@ -240,6 +247,10 @@ class ArtifactLayout:
     @property
     def runs_dir(self) -> Path:
         return self.root / self.config.paths.runs_dir
+
+    @property
+    def plan_dir(self) -> Path:
+        return self.build_dir / "plans" / self.config.name
 
     @property
     def server_state_file(self) -> Path:

@@ -99,3 +99,45 @@ def report(run_dir: Path) -> Path:
     from toolkit.report.rundir import RunDir
 
     return write_markdown_report(RunDir.open(run_dir))
+
+
+def deployment_for_plan(config: DeploymentConfig, **overrides):
+    """The planner's view of a deployment config (flags given as overrides win)."""
+    from toolkit.plan.memory import QFORMAT_TO_WEIGHTS, Deployment
+
+    cpu = config.engine.target == "cpu"
+    kv = config.quantize.kv_cache_dtype
+    values = dict(
+        tp=config.parallel.tp, pp=config.parallel.pp,
+        # The CPU engine dequantizes on load and computes in float32 (weights and KV).
+        weights="fp32" if cpu else QFORMAT_TO_WEIGHTS[config.quantize.qformat],
+        kv_dtype="fp32" if cpu else ("bf16" if kv == "none" else kv),
+        kv_free_mem_fraction=config.engine.kv_cache_free_gpu_mem_fraction,
+        runtime_overhead_gb=config.plan.runtime_overhead_gb, max_seq_len=config.engine.max_seq_len,
+        batch=config.engine.max_batch_size, isl=config.sweep.input_tokens_mean, osl=config.sweep.output_tokens,
+        prefill_efficiency=config.plan.prefill_efficiency,
+        kv_cache_tokens=config.engine.kv_cache_blocks * config.engine.tokens_per_block if cpu else None)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Deployment(**values)
+
+
+def model_spec_for(config: DeploymentConfig, layout: ArtifactLayout, name_or_dir: str | None = None):
+    from toolkit.model.presets import KNOWN_MODELS, known_model_spec
+    from toolkit.model.spec import load_model_spec
+
+    if name_or_dir:
+        return known_model_spec(name_or_dir) if name_or_dir.lower() in KNOWN_MODELS or not Path(name_or_dir).exists() \
+            else load_model_spec(name_or_dir)
+    if config.model.preset and not (layout.model_dir / "config.json").is_file():
+        raise ToolkitError(f"{layout.model_dir} does not exist yet", "run `toolkit init-model` first, or pass --model")
+    return load_model_spec(layout.model_dir)
+
+
+def plan(config: DeploymentConfig, layout: ArtifactLayout, model: str | None = None, gpu: str | None = None,
+         out_dir: Path | None = None, **overrides) -> tuple[dict, dict]:
+    from toolkit.plan.gpus import gpu_spec
+    from toolkit.plan.stage import make_plan, write_plan
+
+    spec = model_spec_for(config, layout, model)
+    result = make_plan(spec, gpu_spec(gpu or config.plan.gpu), deployment_for_plan(config, **overrides))
+    return result, write_plan(result, out_dir or layout.plan_dir)
