@@ -113,3 +113,28 @@ def test_sweep_over_http_endpoint(served):
     run = RunDir.open(pipeline.sweep(http_config, layout, progress=lambda _: None))
     step = run.steps[0]
     assert step["request_count"] == 4 and step["metrics"]["output_sequence_length"]["avg"] == 12
+
+
+def test_bls_matches_offline_greedy_generation_of_the_served_weights(served):
+    """tensorrt_llm_bls streams what the same (dequantized) weights generate offline, detokenized as a
+    whole sequence, with no split characters."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from toolkit.repo.python_models.quantized_checkpoint import load_quantized_causal_lm
+
+    _, layout, handle = served
+    prompt = "Chunked prefill splits a long prompt into pieces."
+    _, chunks, error = grpc_stream(handle.grpc_url, prompt, 8, model="tensorrt_llm_bls")
+    assert error is None and len(chunks) == 8 and all(count == 1 for _, _, count in chunks)
+    served_text = "".join(t for _, t, _ in chunks)
+
+    checkpoint = layout.engine_dir / "checkpoint"
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    model, _ = load_quantized_causal_lm(checkpoint)
+    ids = torch.tensor([tokenizer(prompt).input_ids])
+    with torch.no_grad():
+        generated = model.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                                   pad_token_id=tokenizer.pad_token_id)[0, ids.shape[1]:]
+    expected = tokenizer.decode(generated.tolist(), skip_special_tokens=True).rstrip("\ufffd")
+    assert served_text == expected

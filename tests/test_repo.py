@@ -44,7 +44,7 @@ def errors(findings):
 def test_written_cpu_repository_has_inflight_batcher_layout(cpu_repo):
     repo, engine_dir = cpu_repo
     assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == ["ensemble", "postprocessing", "preprocessing",
-                                                                    "tensorrt_llm"]
+                                                                    "tensorrt_llm", "tensorrt_llm_bls"]
     engine = parse_pbtxt((repo / "tensorrt_llm" / "config.pbtxt").read_text())
     assert engine.get("backend").value == "python"
     assert engine.get("model_transaction_policy").get("decoupled").value is True

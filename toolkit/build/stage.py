@@ -15,6 +15,21 @@ from toolkit.errors import ToolkitError
 from toolkit.manifest import read_manifest, write_manifest
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "vocab.json", "merges.txt", "generation_config.json")
+
+
+def copy_tokenizer(checkpoint_dir: Path, out_dir: Path) -> Path:
+    """The repository's pre/postprocessing read the tokenizer from beside the engine."""
+    import shutil
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        if (checkpoint_dir / name).is_file():
+            shutil.copy2(checkpoint_dir / name, out_dir / name)
+    return out_dir
+
+
 def build_engine(config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, dry_run: bool = False) -> dict:
     start = time.perf_counter()
     quantized = read_manifest(checkpoint_dir, "quantize", "toolkit quantize --config ...")
@@ -37,6 +52,8 @@ def build_engine(config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Pat
             return {"command": shlex.join(cmd)}
         outputs = run_trtllm_build(cmd, engine_dir) | {"command": shlex.join(cmd)}
         limits.write(engine_dir)
+    if target != "cpu":
+        outputs["tokenizer_dir"] = str(copy_tokenizer(checkpoint_dir, engine_dir / "tokenizer"))
     write_manifest(engine_dir, "build", {"checkpoint_dir": str(checkpoint_dir), "target": target,
                                          "quantize": quantized["inputs"]},
                    outputs | {"engine_dir": str(engine_dir)}, time.perf_counter() - start)

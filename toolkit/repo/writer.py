@@ -23,6 +23,7 @@ _PYTHON_FILES = {
     "preprocessing": {"preprocessing.py": "model.py"},
     "postprocessing": {"postprocessing.py": "model.py"},
     "tensorrt_llm": {"cpu_engine.py": "model.py", "quantized_checkpoint.py": "quantized_checkpoint.py"},
+    "tensorrt_llm_bls": {"bls.py": "model.py"},
 }
 
 
@@ -85,6 +86,10 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
         (repo_dir / "tensorrt_llm" / "1").mkdir(parents=True, exist_ok=True)
 
     inputs, outputs = MODEL_TENSORS["ensemble"]
+    # The BLS alternative to the ensemble: same tensors, decoupled, whole-sequence detokenization.
+    _write(repo_dir / "tensorrt_llm_bls" / "config.pbtxt",
+           model_config("tensorrt_llm_bls", "python", batch, inputs, outputs, decoupled=True))
+    _copy_python_model(repo_dir, "tensorrt_llm_bls")
     _write(repo_dir / "ensemble" / "config.pbtxt",
            model_config("ensemble", None, batch, inputs, outputs, extra=ensemble_scheduling(ENSEMBLE_STEPS)))
     (repo_dir / "ensemble" / "1").mkdir(parents=True, exist_ok=True)

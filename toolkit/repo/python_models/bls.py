@@ -1,0 +1,110 @@
+"""Triton python model `tensorrt_llm_bls`: preprocessing → tensorrt_llm → postprocessing as
+Business Logic Scripting, an alternative to the ensemble with the same inputs and outputs.
+
+What it adds over the ensemble: detokenization of the whole sequence so far, sending only the new text,
+and holding back a trailing partial UTF-8 character until the token that completes it arrives (the
+ensemble decodes each streamed token alone, which can split multi-byte characters).
+Each request runs on its own thread so that requests reach the engine concurrently (in-flight batching).
+
+Runs inside Triton's python backend; imports only numpy and triton_python_backend_utils.
+"""
+
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+_REPLACEMENT = "\ufffd"
+
+
+def _value(request, name, default=None):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return default if tensor is None else tensor.as_numpy().reshape(-1)[0]
+
+
+def _tensor(name, value, dtype):
+    return pb_utils.Tensor(name, np.array([[value]], dtype=dtype))
+
+
+def _raise_if_error(response, step):
+    if response.has_error():
+        raise RuntimeError(f"{step}: {response.error().message()}")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.threads = set()
+
+    def execute(self, requests):
+        for request in requests:
+            thread = threading.Thread(target=self._serve, args=(request,), daemon=True)
+            self.threads.add(thread)
+            thread.start()
+        return None
+
+    def _serve(self, request):
+        sender = request.get_response_sender()
+        try:
+            self._generate(request, sender)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception as exc:  # the client gets one error response naming the failing step
+            try:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            except Exception:
+                pass  # the client has gone
+        finally:
+            self.threads.discard(threading.current_thread())
+
+    def _generate(self, request, sender):
+        text = _value(request, "text_input")
+        max_tokens = int(_value(request, "max_tokens"))
+        stream = bool(_value(request, "stream", False))
+        pre_inputs = [_tensor("QUERY", text, object), _tensor("REQUEST_OUTPUT_LEN", max_tokens, np.int32)]
+        end_id = _value(request, "end_id")
+        if end_id is not None:
+            pre_inputs.append(_tensor("END_ID", int(end_id), np.int32))
+        pre_inputs.append(_tensor("IGNORE_EOS", bool(_value(request, "ignore_eos", False)), bool))
+        pre = pb_utils.InferenceRequest(model_name="preprocessing", inputs=pre_inputs,
+                                        requested_output_names=["INPUT_ID", "REQUEST_INPUT_LEN",
+                                                                "REQUEST_OUTPUT_LEN", "OUT_END_ID"]).exec()
+        _raise_if_error(pre, "preprocessing")
+        out = {name: pb_utils.get_output_tensor_by_name(pre, name).as_numpy()
+               for name in ("INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "OUT_END_ID")}
+        engine_inputs = [
+            pb_utils.Tensor("input_ids", out["INPUT_ID"]),
+            pb_utils.Tensor("input_lengths", out["REQUEST_INPUT_LEN"]),
+            pb_utils.Tensor("request_output_len", out["REQUEST_OUTPUT_LEN"]),
+            pb_utils.Tensor("end_id", out["OUT_END_ID"]),
+            _tensor("streaming", stream, bool),
+        ]
+        responses = pb_utils.InferenceRequest(model_name="tensorrt_llm", inputs=engine_inputs,
+                                              requested_output_names=["output_ids", "sequence_length"]
+                                              ).exec(decoupled=True)
+        tokens: list[int] = []
+        sent_text = ""
+        for response in responses:
+            _raise_if_error(response, "tensorrt_llm")
+            ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
+            if ids is None:
+                continue  # the empty final response
+            lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
+            new = ids.as_numpy()[0, 0, : int(lengths.reshape(-1)[0])].tolist()
+            tokens.extend(new)
+            full = self._detokenize(tokens)
+            # Hold back a trailing partial character until the token that completes it arrives.
+            ready = full.rstrip(_REPLACEMENT) if stream else full
+            delta, sent_text = ready[len(sent_text):], ready if ready.startswith(sent_text) else sent_text
+            sender.send(pb_utils.InferenceResponse(output_tensors=[
+                _tensor("text_output", delta.encode("utf-8"), object),
+                _tensor("output_token_count", len(new), np.int32)]))
+
+    def _detokenize(self, tokens):
+        post = pb_utils.InferenceRequest(
+            model_name="postprocessing",
+            inputs=[pb_utils.Tensor("TOKENS_BATCH", np.array([[tokens]], dtype=np.int32)),
+                    pb_utils.Tensor("SEQUENCE_LENGTH", np.array([[len(tokens)]], dtype=np.int32))],
+            requested_output_names=["OUTPUT"]).exec()
+        _raise_if_error(post, "postprocessing")
+        value = pb_utils.get_output_tensor_by_name(post, "OUTPUT").as_numpy().reshape(-1)[0]
+        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
