@@ -138,3 +138,20 @@ def test_bls_matches_offline_greedy_generation_of_the_served_weights(served):
                                    pad_token_id=tokenizer.pad_token_id)[0, ids.shape[1]:]
     expected = tokenizer.decode(generated.tolist(), skip_special_tokens=True).rstrip("\ufffd")
     assert served_text == expected
+
+
+def test_grafana_dashboard_queries_metrics_the_server_exports(served):
+    """Every Triton-core and CPU-engine metric the shipped dashboard queries exists on /metrics."""
+    import re
+    from pathlib import Path
+
+    _, _, handle = served
+    grpc_stream(handle.grpc_url, "Metrics for the dashboard.", 4)
+    exported = requests.get(handle.metrics_url, timeout=5).text
+    dashboard = json.loads(Path("docker/grafana/dashboards/llm-serving.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"\b(?:nv_inference_\w+|toolkit_\w+)", target["expr"])}
+    assert queried
+    optional = {"nv_inference_first_response_histogram_ms_bucket"}  # newer Triton builds only
+    for name in queried - optional:
+        assert re.search(rf"^{name}[{{ ]", exported, re.MULTILINE), name

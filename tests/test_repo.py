@@ -141,3 +141,36 @@ def test_check_reports_parse_error_line(cpu_repo):
     path.write_text(path.read_text() + "\ninput [ {\n")
     found = errors(check_repository(repo))
     assert any("does not parse" in f.problem for f in found)
+
+
+def test_llmapi_repository_without_tensorrt_llm_templates_says_where_to_get_them(tmp_path, tiny_model_dir, monkeypatch):
+    import yaml
+
+    from toolkit.build.llmapi import write_llmapi_config
+    from toolkit.build.stage import copy_tokenizer
+
+    monkeypatch.delenv("TRTLLM_TRITON_MODELS", raising=False)
+    config = validate_config({"name": "t", "engine": {"target": "llmapi", "enable_kv_cache_reuse": True},
+                              "quantize": {"kv_cache_dtype": "fp8"}})
+    engine_dir = tmp_path / "engine"
+    write_llmapi_config(tiny_model_dir, engine_dir, config.engine, EngineConfig.from_deployment(config))
+    copy_tokenizer(tiny_model_dir, engine_dir / "tokenizer")
+    write_manifest(engine_dir, "build", {}, {}, 0.0)
+    repo = write_repository(config, engine_dir, tmp_path / "repo")
+    options = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert options["backend"] == "pytorch" and options["tensor_parallel_size"] == 1
+    assert options["kv_cache_config"] == {"dtype": "fp8", "free_gpu_memory_fraction": 0.9, "enable_block_reuse": True,
+                                          "tokens_per_block": 32}
+    assert options["enable_chunked_prefill"] is True and options["max_num_tokens"] == 1024
+    found = errors(check_repository(repo))
+    assert len(found) == 1 and "TRTLLM_TRITON_MODELS" in found[0].fix
+
+    # With TensorRT-LLM's templates present (as in the NGC container) they are copied in.
+    template = tmp_path / "all_models" / "llmapi" / "tensorrt_llm"
+    (template / "1").mkdir(parents=True)
+    (template / "1" / "model.py").write_text("# TensorRT-LLM's llmapi model\n")
+    (template / "config.pbtxt").write_text('name: "tensorrt_llm"\nbackend: "python"\nmax_batch_size: 0\n')
+    monkeypatch.setenv("TRTLLM_TRITON_MODELS", str(tmp_path / "all_models"))
+    repo = write_repository(config, engine_dir, tmp_path / "repo")
+    assert (repo / "tensorrt_llm" / "1" / "model.py").is_file()
+    assert not any("llmapi model" in f.problem for f in check_repository(repo))

@@ -72,9 +72,16 @@ class RepoChecker:
     def run(self) -> list[Finding]:
         if not self.repo_dir.is_dir():
             raise ToolkitError(f"{self.repo_dir} is not a directory", "pass the model repository directory")
+        for model_yaml in sorted(self.repo_dir.glob("*/1/model.yaml")):
+            config_path = model_yaml.parent.parent / "config.pbtxt"
+            if not config_path.is_file() or not (model_yaml.parent / "model.py").is_file():
+                self.add("error", model_yaml, 1,
+                         "TensorRT-LLM's llmapi model (config.pbtxt, 1/model.py) is missing beside model.yaml",
+                         "run `toolkit repo` inside the NGC Triton + TensorRT-LLM container, or set "
+                         "TRTLLM_TRITON_MODELS to TensorRT-LLM's triton_backend/all_models")
         for config_path in sorted(self.repo_dir.glob("*/config.pbtxt")):
             self._load(config_path)
-        if not self.models:
+        if not self.models and not self.findings:
             self.add("error", self.repo_dir, 1, "no */config.pbtxt found", "run `toolkit repo` to write the repository")
             return self.findings
         for name, (node, path) in self.models.items():

@@ -62,9 +62,55 @@ def engine_model_config(config: DeploymentConfig, engine: EngineConfig, engine_d
                         extra=f"dynamic_batching {{\n  preferred_batch_size: [ {engine.max_batch_size} ]\n}}\n")
 
 
+LLMAPI_TEMPLATE_ENV = "TRTLLM_TRITON_MODELS"
+_LLMAPI_TEMPLATE_CANDIDATES = ("/app/all_models", "/opt/tensorrt_llm/triton_backend/all_models",
+                               "/workspace/tensorrt_llm/triton_backend/all_models")
+
+
+def llmapi_template_dir() -> Path | None:
+    """TensorRT-LLM's own llmapi Triton model (config.pbtxt + model.py), shipped in its container."""
+    import os
+
+    roots = [os.environ[LLMAPI_TEMPLATE_ENV]] if os.environ.get(LLMAPI_TEMPLATE_ENV) else []
+    for root in roots + list(_LLMAPI_TEMPLATE_CANDIDATES):
+        candidate = Path(root) / "llmapi" / "tensorrt_llm"
+        if (candidate / "1" / "model.py").is_file():
+            return candidate
+    return None
+
+
+def write_llmapi_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> list[str]:
+    """The engine-free variant: one `tensorrt_llm` model (TensorRT-LLM's llmapi python model) whose
+    model.yaml holds the LLM(...) arguments written by `toolkit build --target llmapi`.
+    Its config.pbtxt and model.py come from TensorRT-LLM (not reproduced here); without them the
+    repository check fails and says where to get them."""
+    import yaml
+
+    from toolkit.build.llmapi import LLMAPI_CONFIG_FILE
+
+    model_dir = repo_dir / "tensorrt_llm"
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    options = yaml.safe_load((engine_dir / LLMAPI_CONFIG_FILE).read_text())
+    options["triton_config"] = {"max_batch_size": 0, "decoupled": True}
+    (model_dir / "1" / "model.yaml").write_text(yaml.safe_dump(options, sort_keys=False))
+    template = llmapi_template_dir()
+    if template is None:
+        return []
+    shutil.copy2(template / "config.pbtxt", model_dir / "config.pbtxt")
+    shutil.copy2(template / "1" / "model.py", model_dir / "1" / "model.py")
+    return [str(template)]
+
+
 def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> Path:
     start = time.perf_counter()
     read_manifest(engine_dir, "build", "toolkit build --config ...")
+    if config.engine.target == "llmapi":
+        if repo_dir.exists():
+            shutil.rmtree(repo_dir)
+        templates = write_llmapi_repository(config, engine_dir.resolve(), repo_dir)
+        write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": "llmapi"},
+                       {"models": ["tensorrt_llm"], "templates": templates}, time.perf_counter() - start)
+        return repo_dir
     engine = EngineConfig.read(engine_dir)
     engine_dir = engine_dir.resolve()
     tokenizer_dir = tokenizer_dir_of(engine_dir, config.engine.target)

@@ -98,6 +98,8 @@ def tritonserver_command(install: TritonInstall, repo_dir: Path, host: str, port
              f"--grpc-address={host}", f"--grpc-port={ports['grpc']}",
              f"--metrics-address={host}", f"--metrics-port={ports['metrics']}",
              "--allow-gpu-metrics=false" if install.backend_dir else "--allow-gpu-metrics=true",
+             # Per-model histograms incl. nv_inference_first_response_histogram_ms (server-side TTFT).
+             "--metrics-config=histogram_latencies=true",
              "--disable-auto-complete-config", "--exit-timeout-secs=30", f"--log-file={log_file}"]
     if install.backend_dir:
         rank0.append(f"--backend-directory={install.backend_dir}")

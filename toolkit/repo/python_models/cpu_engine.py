@@ -15,6 +15,7 @@ It also exports phase-level Prometheus metrics through Triton's custom metrics:
   toolkit_kv_cache_blocks_used   gauge      KV blocks held by active requests
   toolkit_kv_cache_blocks_max    gauge      KV blocks in the cache
   toolkit_active_requests        gauge      requests in the engine (queued or running)
+  toolkit_generated_tokens_total counter    output tokens generated
 
 Runs inside Triton's python backend: imports only torch, transformers, numpy and the sibling
 quantized_checkpoint.py, never the toolkit package.
@@ -98,12 +99,15 @@ class TritonPythonModel:
             "kv_used": pb_utils.MetricFamily("toolkit_kv_cache_blocks_used", "KV cache blocks held by active requests", gauge),
             "kv_max": pb_utils.MetricFamily("toolkit_kv_cache_blocks_max", "KV cache blocks in the paged cache", gauge),
             "active": pb_utils.MetricFamily("toolkit_active_requests", "Requests in the engine (queued or running)", gauge),
+            "tokens": pb_utils.MetricFamily("toolkit_generated_tokens_total", "Output tokens generated",
+                                            pb_utils.MetricFamily.COUNTER),
         }
         self.prefill_hist = self.metric_families["prefill"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
         self.decode_hist = self.metric_families["decode"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
         self.kv_used = self.metric_families["kv_used"].Metric(labels=labels)
         self.kv_max = self.metric_families["kv_max"].Metric(labels=labels)
         self.active = self.metric_families["active"].Metric(labels=labels)
+        self.tokens = self.metric_families["tokens"].Metric(labels=labels)
         self.kv_max.set(self.limits["kv_cache_blocks"])
 
     def _update_gauges(self):
@@ -174,6 +178,8 @@ class TritonPythonModel:
         now = time.perf_counter()
         new = list(out.generated_tokens[len(stream.tokens):])
         stream.tokens.extend(new)
+        if new:
+            self.tokens.increment(len(new))
         if new and stream.first_token_at is None:
             stream.first_token_at = now
             self.prefill_hist.observe(now - stream.arrival)
