@@ -17,7 +17,7 @@ def tiny_deployment(tmp_path, model_dir, name="e2e", **sections):
         "quantize": {"qformat": "fp8"},
         "engine": {"max_batch_size": 4, "max_input_len": 96, "max_seq_len": 160, "kv_cache_blocks": 32,
                    "tokens_per_block": 16, "max_num_tokens": 256},
-        "sweep": {"concurrencies": [1, 4], "requests_per_concurrency": 8, "warmup_requests": 1,
+        "sweep": {"concurrencies": [1, 4], "requests_per_step": 8, "warmup_requests": 1,
                   "input_tokens_mean": 32, "output_tokens": 12},
         "paths": {"build_dir": str(tmp_path / "build"), "repo_root": str(tmp_path / "model_repo"),
                   "runs_dir": str(tmp_path / "runs")},

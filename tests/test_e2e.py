@@ -109,7 +109,7 @@ def test_sweep_and_report_are_consistent(served):
 def test_sweep_over_http_endpoint(served):
     config, layout, _ = served
     http_config = config.model_copy(update={"sweep": config.sweep.model_copy(
-        update={"endpoint": "triton-http", "concurrencies": [2], "requests_per_concurrency": 4})})
+        update={"endpoint": "triton-http", "concurrencies": [2], "requests_per_step": 4})})
     run = RunDir.open(pipeline.sweep(http_config, layout, progress=lambda _: None))
     step = run.steps[0]
     assert step["request_count"] == 4 and step["metrics"]["output_sequence_length"]["avg"] == 12

@@ -120,14 +120,17 @@ def repo_check_cmd(repo_dir, engine_dir, world_size):
 @cli.command("serve")
 @config_options
 @click.option("--detach", is_flag=True, help="Return once ready and leave the server running (stop: `toolkit stop`).")
-def serve_cmd(config_path, sets, detach):
+@click.option("--openai", is_flag=True, default=None, help="Also serve an OpenAI-compatible API (/v1/completions, /v1/chat/completions).")
+def serve_cmd(config_path, sets, detach, openai):
     """Start Triton on 127.0.0.1 against the repository; Ctrl-C (or `toolkit stop`) stops it."""
     from toolkit import pipeline
 
-    config, layout = _load(config_path, sets)
+    config, layout = _load(config_path, sets, **{"server.openai": openai or None})
     handle = pipeline.serve(config, layout)
     click.echo(f"ready (pid {handle.pid})\n  HTTP:    {handle.http_url}\n  gRPC:    {handle.grpc_url}\n"
                f"  metrics: {handle.metrics_url}\n  log:     {handle.log_file}")
+    if handle.openai_url:
+        click.echo(f"  OpenAI:  {handle.openai_url}/v1")
     if detach:
         return
     click.echo("Ctrl-C to stop")
@@ -151,23 +154,56 @@ def stop_cmd(config_path, sets):
     click.echo(f"stopped pid {handle.pid}")
 
 
+def parse_slo(text: str | None) -> dict:
+    """`ttft=500ms,itl=50ms,latency=2s` → sweep.slo_* keys (milliseconds)."""
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if key not in ("ttft", "itl", "latency") or not value:
+            raise ToolkitError(f"--slo part {part!r} is not ttft|itl|latency=<time>", "write e.g. --slo ttft=500ms,itl=50ms")
+        scale = 1000.0 if value.endswith("s") and not value.endswith("ms") else 1.0
+        try:
+            out[f"sweep.slo_{key}_ms"] = float(value.removesuffix("ms").removesuffix("s")) * scale
+        except ValueError:
+            raise ToolkitError(f"--slo {part!r}: {value!r} is not a time", "write e.g. ttft=500ms or latency=2s") from None
+    return out
+
+
 @cli.command("sweep")
 @config_options
-@click.option("--concurrency", "concurrencies", type=int, multiple=True, help="Repeatable; overrides sweep.concurrencies.")
-@click.option("--endpoint", type=click.Choice(["triton-grpc", "triton-http"]), default=None)
-@click.option("--requests", type=int, default=None, help="Requests per concurrency step.")
+@click.option("--concurrency", "concurrencies", type=int, multiple=True, help="Repeatable; concurrency mode.")
+@click.option("--rate", "rates", type=float, multiple=True, help="Requests/s, repeatable; switches to rate mode.")
+@click.option("--arrival", type=click.Choice(["constant", "poisson"]), default=None)
+@click.option("--max-concurrency", type=int, default=None, help="Cap on requests in flight (rate mode).")
+@click.option("--endpoint", type=click.Choice(["triton-grpc", "triton-http", "openai-completions", "openai-chat"]),
+              default=None)
+@click.option("--url", default=None, help="Any server (e.g. an OpenAI-compatible one) instead of `toolkit serve`'s.")
+@click.option("--model", default=None, help="Model name to request (Triton model or OpenAI model id).")
+@click.option("--requests", type=int, default=None, help="Requests per step.")
+@click.option("--duration", type=float, default=None, help="Seconds per step (ends at whichever bound comes first).")
 @click.option("--input-tokens", type=int, default=None)
 @click.option("--output-tokens", type=int, default=None)
-def sweep_cmd(config_path, sets, concurrencies, endpoint, requests, input_tokens, output_tokens):
+@click.option("--slo", default=None, help="Goodput objectives, e.g. ttft=500ms,itl=50ms,latency=5s.")
+@click.option("--tokenizer", default=None, help="Tokenizer directory (default: the engine's).")
+def sweep_cmd(config_path, sets, concurrencies, rates, arrival, max_concurrency, endpoint, url, model, requests,
+              duration, input_tokens, output_tokens, slo, tokenizer):
     """Streaming load over the running server; writes perf/runs/<time>-<name>/."""
     from toolkit import pipeline
 
-    config, layout = _load(config_path, sets, **{
-        "sweep.concurrencies": list(concurrencies) if concurrencies else None, "sweep.endpoint": endpoint,
-        "sweep.requests_per_concurrency": requests, "sweep.input_tokens_mean": input_tokens,
-        "sweep.output_tokens": output_tokens})
-    run_dir = pipeline.sweep(config, layout)
+    overrides = {
+        "sweep.concurrencies": list(concurrencies) if concurrencies else None,
+        "sweep.request_rates": list(rates) if rates else None, "sweep.mode": "rate" if rates else None,
+        "sweep.arrival": arrival, "sweep.max_concurrency": max_concurrency, "sweep.endpoint": endpoint,
+        "sweep.url": url, "sweep.model": model, "sweep.requests_per_step": requests, "sweep.duration_s": duration,
+        "sweep.input_tokens_mean": input_tokens, "sweep.output_tokens": output_tokens, **parse_slo(slo)}
+    config, layout = _load(config_path, sets, **overrides)
+    run_dir = pipeline.sweep(config, layout, tokenizer_dir=tokenizer)
     click.echo(f"run: {run_dir}")
+    pipeline.report(run_dir)
+    click.echo(f"report: {run_dir / 'report.md'}")
 
 
 @cli.command("report")

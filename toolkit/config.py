@@ -95,21 +95,36 @@ class ServerSection(_Section):
     http_port: int = Field(0, ge=0, le=65535)
     grpc_port: int = Field(0, ge=0, le=65535)
     metrics_port: int = Field(0, ge=0, le=65535)
+    openai: bool = False  # also start the OpenAI-compatible front (toolkit serve --openai)
+    openai_port: int = Field(0, ge=0, le=65535)
     startup_timeout_s: float = Field(180, gt=0)
     tritonserver: str | None = None  # explicit binary; default: pytriton's on CPU, PATH on GPU
 
 
 class SweepSection(_Section):
-    endpoint: Literal["triton-grpc", "triton-http"] = "triton-grpc"
+    endpoint: Literal["triton-grpc", "triton-http", "openai-completions", "openai-chat"] = "triton-grpc"
+    # Any server's base URL (e.g. http://host:8000 for vLLM / trtllm-serve); default: the toolkit's own server.
+    url: str | None = None
     model: str = "ensemble"
+    mode: Literal["concurrency", "rate"] = "concurrency"
     concurrencies: list[int] = [1, 2, 4]
-    requests_per_concurrency: int = Field(16, ge=1)
+    request_rates: list[float] = [1.0]  # requests/s, rate mode
+    arrival: Literal["constant", "poisson"] = "poisson"
+    max_concurrency: int | None = Field(None, ge=1)  # cap on requests in flight in rate mode
+    requests_per_step: int | None = Field(16, ge=1)
+    duration_s: float | None = Field(None, gt=0)  # a step ends at whichever bound comes first
     warmup_requests: int = Field(2, ge=0)
     input_tokens_mean: int = Field(64, ge=1)
     input_tokens_stddev: float = Field(0, ge=0)
     output_tokens: int = Field(32, ge=1)
+    output_tokens_stddev: float = Field(0, ge=0)
+    # Sweep over shapes: [[input_tokens, output_tokens], ...]; default: one shape from the means above.
+    lengths: list[tuple[int, int]] | None = None
     request_timeout_s: float = Field(120, gt=0)
     seed: int = 0
+    slo_ttft_ms: float | None = Field(None, gt=0)
+    slo_itl_ms: float | None = Field(None, gt=0)
+    slo_latency_ms: float | None = Field(None, gt=0)
 
     @field_validator("concurrencies")
     @classmethod
@@ -117,6 +132,27 @@ class SweepSection(_Section):
         if not value or any(c < 1 for c in value):
             raise ValueError("concurrencies must be a non-empty list of integers >= 1")
         return value
+
+    @field_validator("request_rates")
+    @classmethod
+    def _positive_rates(cls, value: list[float]) -> list[float]:
+        if not value or any(r <= 0 for r in value):
+            raise ValueError("request_rates must be a non-empty list of positive numbers (requests/s)")
+        return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "SweepSection":
+        if self.requests_per_step is None and self.duration_s is None:
+            raise ValueError("set requests_per_step and/or duration_s so that each step ends")
+        return self
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        return list(self.lengths) if self.lengths else [(self.input_tokens_mean, self.output_tokens)]
+
+    @property
+    def load_levels(self) -> list[float]:
+        return list(self.concurrencies) if self.mode == "concurrency" else list(self.request_rates)
 
 
 class PlanSection(_Section):
@@ -146,12 +182,10 @@ class DeploymentConfig(_Section):
     def _cpu_is_single_process(self) -> "DeploymentConfig":
         if self.engine.target == "cpu" and self.parallel.world_size != 1:
             raise ValueError("the cpu target runs one process: set parallel.tp and parallel.pp to 1")
-        too_long = self.sweep.input_tokens_mean + self.sweep.output_tokens
-        if too_long > self.engine.max_seq_len:
-            raise ValueError(
-                f"sweep asks for {self.sweep.input_tokens_mean} input + {self.sweep.output_tokens} output tokens, "
-                f"more than engine.max_seq_len={self.engine.max_seq_len}"
-            )
+        for isl, osl in self.sweep.shapes:
+            if isl + osl > self.engine.max_seq_len:
+                raise ValueError(f"sweep asks for {isl} input + {osl} output tokens, "
+                                 f"more than engine.max_seq_len={self.engine.max_seq_len}")
         return self
 
 

@@ -74,23 +74,38 @@ def tokenizer_for(config: DeploymentConfig, layout: ArtifactLayout, explicit: st
     return load_tokenizer(engine_tokenizer if engine_tokenizer.is_dir() else layout.model_dir)
 
 
-def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokenizer_dir: str | None = None,
-          slo=None, progress=print) -> Path:
-    from toolkit.bench.sweep import Target, new_run_dir, run_sweep
+def target_for(config: DeploymentConfig, layout: ArtifactLayout):
+    """The server to load: sweep.url when set (any server), else the one `toolkit serve` started."""
+    from toolkit.bench.sweep import Target
     from toolkit.serve.server import ServerHandle
 
-    if target is None:
-        handle = ServerHandle.load(layout.server_state_file)
-        target = Target(handle.grpc_url, handle.http_url, handle.metrics_url)
+    url = config.sweep.url
+    if url:
+        if config.sweep.endpoint == "triton-grpc":
+            return Target(grpc_url=url, http_url=None)
+        ready = f"{url.rstrip('/')}/v1/models" if config.sweep.endpoint.startswith("openai") else None
+        return Target(grpc_url=None, http_url=url.rstrip("/"), ready_url=ready)
+    handle = ServerHandle.load(layout.server_state_file)
+    http = handle.openai_url if config.sweep.endpoint.startswith("openai") else handle.http_url
+    return Target(handle.grpc_url, http, handle.metrics_url, ready_url=f"{handle.http_url}/v2/health/ready")
+
+
+def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokenizer_dir: str | None = None,
+          progress=print) -> Path:
+    from toolkit.bench.sweep import new_run_dir, run_sweep
+
+    target = target or target_for(config, layout)
     if not target.is_ready():
-        raise ToolkitError(f"the server at {target.http_url} is not ready", "start it with `toolkit serve`")
+        raise ToolkitError(f"the server at {target.http_url or target.grpc_url} is not ready",
+                           "start it with `toolkit serve` (or check sweep.url)")
     tokenizer = tokenizer_for(config, layout, tokenizer_dir)
     run_dir = new_run_dir(layout.runs_dir, config.name)
     info = {"config_name": config.name, "model": config.model.display_name, "qformat": config.quantize.qformat,
-            "target": config.engine.target, "endpoint": config.sweep.endpoint,
-            "sweep": config.sweep.model_dump(), "engine": config.engine.model_dump()}
+            "kv_cache_dtype": config.quantize.kv_cache_dtype, "target": config.engine.target,
+            "endpoint": config.sweep.endpoint, "sweep": config.sweep.model_dump(), "engine": config.engine.model_dump(),
+            "plan": {"gpu": config.plan.gpu}}
     progress(f"sweep → {run_dir}")
-    run_sweep(config.sweep, target, tokenizer, run_dir, info, slo=slo, progress=progress)
+    run_sweep(config.sweep, target, tokenizer, run_dir, info, progress=progress)
     return run_dir
 
 

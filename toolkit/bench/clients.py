@@ -134,7 +134,84 @@ class TritonHttpClient:
         await self.session.close()
 
 
-CLIENTS = {"triton-grpc": TritonGrpcClient, "triton-http": TritonHttpClient}
+class OpenAICompletionsClient:
+    """OpenAI-compatible /v1/completions with stream=true (trtllm-serve, vLLM, our --openai front).
+    Asks for exactly max_tokens (ignore_eos, min_tokens) and for usage, so token counts are the server's."""
+
+    name = "openai-completions"
+    path = "/v1/completions"
+
+    def __init__(self, url: str, model: str):
+        import aiohttp
+
+        base = url.rstrip("/")
+        self.url = base + self.path if not base.endswith("/v1") else base + self.path[3:]
+        self.model = model
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+
+    def body(self, text: str, max_tokens: int) -> dict:
+        return {"model": self.model, "prompt": text, "max_tokens": max_tokens, "min_tokens": max_tokens,
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, "temperature": 0}
+
+    @staticmethod
+    def piece(choice: dict) -> str | None:
+        return choice.get("text")
+
+    async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
+        pieces = []
+        record.send_time = time.perf_counter()
+        async with self.session.post(self.url, json=self.body(text, max_tokens)) as response:
+            if response.status != 200:
+                detail = (await response.text())[:200]
+                record.error, record.error_kind = f"HTTP {response.status}: {detail}", "server_error"
+                return
+            async for raw in response.content:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                now = time.perf_counter()
+                if data == "[DONE]":
+                    record.end_time = now
+                    break
+                event = json.loads(data)
+                if "error" in event:
+                    record.error, record.error_kind = str(event["error"].get("message", event["error"])), "server_error"
+                    return
+                for choice in event.get("choices") or []:
+                    piece = self.piece(choice)
+                    if piece:  # role-only and finish chunks carry no output
+                        record.chunk_times.append(now)
+                        pieces.append(piece)
+                usage = event.get("usage")
+                if usage and usage.get("completion_tokens") is not None:
+                    record.server_output_tokens = int(usage["completion_tokens"])
+        if record.end_time is None and record.error is None:
+            record.end_time = time.perf_counter()
+        record.output_text = "".join(pieces)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class OpenAIChatClient(OpenAICompletionsClient):
+    """OpenAI-compatible /v1/chat/completions with stream=true; the prompt is one user message."""
+
+    name = "openai-chat"
+    path = "/v1/chat/completions"
+
+    def body(self, text: str, max_tokens: int) -> dict:
+        body = super().body(text, max_tokens)
+        del body["prompt"]
+        return body | {"messages": [{"role": "user", "content": text}], "max_completion_tokens": max_tokens}
+
+    @staticmethod
+    def piece(choice: dict) -> str | None:
+        return (choice.get("delta") or {}).get("content")
+
+
+CLIENTS = {"triton-grpc": TritonGrpcClient, "triton-http": TritonHttpClient,
+           "openai-completions": OpenAICompletionsClient, "openai-chat": OpenAIChatClient}
 
 
 def make_client(endpoint: str, url: str, model: str) -> EndpointClient:

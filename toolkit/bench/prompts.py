@@ -1,4 +1,5 @@
-"""Synthetic prompts of a target token length, made with the model's tokenizer; seeded."""
+"""Synthetic requests: prompts of a target token length made with the model's tokenizer, and an
+output length per request; seeded, so the same config sends the same requests in the same order."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from toolkit.data import corpus_paragraphs
 class Prompt:
     text: str
     input_tokens: int
+    output_tokens: int
 
 
 class PromptFactory:
@@ -23,14 +25,14 @@ class PromptFactory:
     def sample_length(self, mean: int, stddev: float) -> int:
         return max(1, round(self.rng.gauss(mean, stddev))) if stddev > 0 else mean
 
-    def make(self, tokens: int) -> Prompt:
-        """A window of the shipped corpus about `tokens` long; its count is re-measured after decoding."""
+    def make(self, input_tokens: int, output_tokens: int) -> Prompt:
+        """A window of the shipped corpus about `input_tokens` long; its count is re-measured after decoding."""
         ids: list[int] = []
-        while len(ids) < tokens:
-            start = self.rng.randrange(0, max(1, len(self.stream) - tokens))
-            ids.extend(self.stream[start:start + tokens - len(ids)])
+        while len(ids) < input_tokens:
+            start = self.rng.randrange(0, max(1, len(self.stream) - input_tokens))
+            ids.extend(self.stream[start:start + input_tokens - len(ids)])
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Prompt(text, len(self.tokenizer(text, add_special_tokens=False).input_ids))
+        return Prompt(text, len(self.tokenizer(text, add_special_tokens=False).input_ids), output_tokens)
 
-    def batch(self, count: int, mean: int, stddev: float) -> list[Prompt]:
-        return [self.make(self.sample_length(mean, stddev)) for _ in range(count)]
+    def sample(self, isl_mean: int, isl_stddev: float, osl_mean: int, osl_stddev: float) -> Prompt:
+        return self.make(self.sample_length(isl_mean, isl_stddev), self.sample_length(osl_mean, osl_stddev))

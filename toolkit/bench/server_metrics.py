@@ -84,3 +84,50 @@ def read_server_metrics(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def _delta(first: dict, last: dict, name: str, **labels) -> float:
+    return sum_metric(last, name, **labels) - sum_metric(first, name, **labels)
+
+
+def _series(samples: list[dict], name: str, **labels) -> list[float]:
+    return [sum_metric(s["metrics"], name, **labels) for s in samples if any(
+        k.startswith(name) for k in s["metrics"])]
+
+
+def summarize_server_metrics(samples: list[dict], engine_model: str = "tensorrt_llm") -> dict:
+    """What the server saw during one step: per-request queue and compute time (Triton core), pending
+    requests, KV-cache blocks, and the CPU engine's prefill/decode means. Pure: samples in, numbers out."""
+    if len(samples) < 2:
+        return {}
+    first, last = samples[0]["metrics"], samples[-1]["metrics"]
+    out: dict = {"samples": len(samples)}
+    for model in ("ensemble", engine_model):
+        done = _delta(first, last, "nv_inference_request_success", model=model)
+        if done > 0:
+            out[model] = {
+                "requests": done,
+                "queue_ms_per_request": _delta(first, last, "nv_inference_queue_duration_us", model=model) / done / 1e3,
+                "compute_ms_per_request": _delta(first, last, "nv_inference_compute_infer_duration_us", model=model)
+                / done / 1e3,
+            }
+    pending = _series(samples, "nv_inference_pending_request_count")
+    if pending:
+        out["pending_requests_max"] = max(pending)
+    for source, used_name, used_labels, max_name, max_labels in (
+        ("cpu_engine", "toolkit_kv_cache_blocks_used", {}, "toolkit_kv_cache_blocks_max", {}),
+        ("tensorrt_llm", "nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "used"},
+         "nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "max"}),
+    ):
+        used = _series(samples, used_name, **used_labels)
+        capacity = _series(samples, max_name, **max_labels)
+        if used and capacity and max(capacity) > 0:
+            out["kv_cache"] = {"source": source, "blocks_used_max": max(used),
+                               "blocks_used_mean": sum(used) / len(used), "blocks_max": max(capacity),
+                               "utilization_max": max(used) / max(capacity)}
+            break
+    for phase in ("prefill", "decode"):
+        count = _delta(first, last, f"toolkit_{phase}_time_seconds_count")
+        if count > 0:
+            out[f"{phase}_ms_mean"] = _delta(first, last, f"toolkit_{phase}_time_seconds_sum") / count * 1e3
+    return out

@@ -1,13 +1,15 @@
-"""`toolkit sweep`: streaming load over a list of concurrencies; records, server metrics, summary.
+"""`toolkit sweep`: streaming load over shapes × load levels; records, server metrics, summary.
 
 Run directory (perf/runs/<timestamp>-<name>/): config.json, environment.json, records.jsonl
-(appended as requests finish), server_metrics.jsonl, summary.json (rewritten after every step).
+(appended as requests finish), server_metrics.jsonl, summary.json (rewritten after every step),
+and the genai-perf / AIPerf exports (toolkit/bench/exports.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +17,11 @@ from pathlib import Path
 import requests
 
 from toolkit.bench.clients import classify_error, make_client
+from toolkit.bench.load import LoadShape, drive
 from toolkit.bench.metrics import Slo, calculate_metrics, phase_split
 from toolkit.bench.prompts import Prompt, PromptFactory
 from toolkit.bench.records import RecordWriter, RequestRecord
-from toolkit.bench.server_metrics import MetricsScraper
+from toolkit.bench.server_metrics import MetricsScraper, read_server_metrics, summarize_server_metrics
 from toolkit.config import SweepSection
 from toolkit.errors import ToolkitError
 from toolkit.manifest import package_versions
@@ -26,18 +29,25 @@ from toolkit.manifest import package_versions
 
 @dataclass
 class Target:
-    """Where to send load: the endpoint URLs of a running server."""
+    """Where to send load: a server's endpoints (metrics and readiness are optional)."""
 
-    grpc_url: str
-    http_url: str
+    grpc_url: str | None
+    http_url: str | None
     metrics_url: str | None = None
+    ready_url: str | None = None
 
     def url_for(self, endpoint: str) -> str:
-        return self.grpc_url if endpoint == "triton-grpc" else self.http_url
+        url = self.grpc_url if endpoint == "triton-grpc" else self.http_url
+        if not url:
+            raise ToolkitError(f"no URL for endpoint {endpoint}", "set sweep.url or start the server with `toolkit serve`")
+        return url
 
     def is_ready(self) -> bool:
+        url = self.ready_url or (f"{self.http_url}/v2/health/ready" if self.http_url else None)
+        if url is None:
+            return True
         try:
-            return requests.get(f"{self.http_url}/v2/health/ready", timeout=2).status_code == 200
+            return requests.get(url, timeout=2).status_code == 200
         except requests.RequestException:
             return False
 
@@ -47,64 +57,104 @@ class SweepAborted(ToolkitError):
 
 
 def new_run_dir(runs_dir: Path, name: str) -> Path:
-    run_dir = runs_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
-    suffix = 1
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir, suffix = runs_dir / f"{stamp}-{name}", 1
     while run_dir.exists():
-        run_dir = runs_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-{suffix}"
-        suffix += 1
+        run_dir, suffix = runs_dir / f"{stamp}-{name}-{suffix}", suffix + 1
     run_dir.mkdir(parents=True)
     return run_dir
 
 
-async def _run_requests(client, prompts: list[Prompt], concurrency: int, settings: SweepSection, step: str,
-                        tokenizer, writer: RecordWriter, warmup: bool, first_index: int) -> list[RequestRecord]:
-    """Keep `concurrency` requests in flight until the prompts run out (concurrency mode)."""
-    pending = list(enumerate(prompts, first_index))
-    pending.reverse()
+def slo_of(settings: SweepSection) -> Slo | None:
+    if settings.slo_ttft_ms is None and settings.slo_itl_ms is None and settings.slo_latency_ms is None:
+        return None
+    return Slo(settings.slo_ttft_ms, settings.slo_itl_ms, settings.slo_latency_ms)
+
+
+class _Progress:
+    """A progress bar per step with running TTFT / ITL medians (only on a terminal)."""
+
+    def __init__(self, step: str, total: int | None):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=step, unit="req", leave=False, file=sys.stderr,
+                        disable=not sys.stderr.isatty())
+        self.ttft: list[float] = []
+        self.itl: list[float] = []
+
+    def update(self, record: RequestRecord) -> None:
+        if record.ok:
+            self.ttft.append(record.ttft * 1e3)
+            if record.inter_token_latency:
+                self.itl.append(record.inter_token_latency * 1e3)
+        median = lambda xs: sorted(xs)[len(xs) // 2] if xs else float("nan")  # noqa: E731
+        self.bar.set_postfix_str(f"TTFT p50 {median(self.ttft):.1f} ms, ITL p50 {median(self.itl):.1f} ms")
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+async def run_step(client, factory: PromptFactory, settings: SweepSection, shape: LoadShape, isl: int, osl: int,
+                   step: str, tokenizer, writer: RecordWriter, warmup: bool, first_index: int) -> list[RequestRecord]:
+    """Send one step's requests per its load shape; every request becomes a record, written at once."""
     records: list[RequestRecord] = []
-    abort = asyncio.Event()
+    progress = _Progress(step, shape.max_requests)
+    index = first_index
 
-    async def worker():
-        while pending and not abort.is_set():
-            index, prompt = pending.pop()
-            record = RequestRecord(index, step, time.perf_counter(), prompt.input_tokens, settings.output_tokens,
-                                   warmup=warmup)
-            try:
-                await asyncio.wait_for(client.generate(prompt.text, settings.output_tokens, record),
-                                       settings.request_timeout_s)
-                if record.error is None and record.end_time is None:
-                    record.error, record.error_kind = "stream ended before the final response", "connection"
-            except asyncio.TimeoutError:
-                record.error = f"no final response within {settings.request_timeout_s}s"
-                record.error_kind = "timeout"
-            except Exception as exc:  # noqa: BLE001 — every failure is recorded, named and counted
-                record.error, record.error_kind = str(exc).splitlines()[0] if str(exc) else repr(exc), classify_error(exc)
-            if record.server_output_tokens is not None:
-                record.output_tokens = record.server_output_tokens
-            elif record.output_text:
-                record.output_tokens = len(tokenizer(record.output_text, add_special_tokens=False).input_ids)
-            writer.write(record)
-            records.append(record)
-            if record.error_kind == "connection":
-                abort.set()  # the server is likely gone: stop sending, keep what was measured
+    def next_request() -> tuple[int, Prompt]:
+        nonlocal index
+        index += 1
+        return index - 1, factory.sample(isl, settings.input_tokens_stddev, osl, settings.output_tokens_stddev)
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    async def send(item) -> bool:
+        number, prompt = item
+        record = RequestRecord(number, step, time.perf_counter(), prompt.input_tokens, prompt.output_tokens,
+                               warmup=warmup)
+        try:
+            await asyncio.wait_for(client.generate(prompt.text, prompt.output_tokens, record),
+                                   settings.request_timeout_s)
+            if record.error is None and record.end_time is None:
+                record.error, record.error_kind = "stream ended before the final response", "connection"
+        except asyncio.TimeoutError:
+            record.error, record.error_kind = f"no final response within {settings.request_timeout_s}s", "timeout"
+        except Exception as exc:  # noqa: BLE001 — every failure is recorded, named and counted
+            record.error, record.error_kind = (str(exc).splitlines() or [repr(exc)])[0], classify_error(exc)
+        if record.server_output_tokens is not None:
+            record.output_tokens = record.server_output_tokens
+        elif record.output_text:
+            record.output_tokens = len(tokenizer(record.output_text, add_special_tokens=False).input_ids)
+        writer.write(record)
+        records.append(record)
+        progress.update(record)
+        return record.error_kind != "connection"  # the server is likely gone: stop, keep what was measured
+
+    try:
+        await drive(shape, next_request, send)
+    finally:
+        progress.close()
     return records
 
 
-def run_sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Path, run_info: dict,
-              slo: Slo | None = None, progress=print) -> dict:
-    """Run every concurrency step; returns the summary (also in run_dir/summary.json).
+def step_name(settings: SweepSection, level: float, isl: int, osl: int) -> str:
+    load = f"concurrency_{int(level)}" if settings.mode == "concurrency" else f"rate_{level:g}"
+    return load if len(settings.shapes) == 1 else f"{load}_isl{isl}_osl{osl}"
 
-    Raises SweepAborted (after writing the partial summary) if the server stops answering.
+
+def run_sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Path, run_info: dict,
+              progress=print) -> dict:
+    """Run every step; returns the summary (also in run_dir/summary.json, rewritten after each step).
+
+    Raises SweepAborted (after writing the partial summary and exports) if the server stops answering.
     """
+    from toolkit.bench.exports import write_exports
+
     (run_dir / "config.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
     (run_dir / "environment.json").write_text(json.dumps(package_versions(), indent=2) + "\n")
-    factory = PromptFactory(tokenizer, settings.seed)
     summary = {"run": run_info | {"run_dir": str(run_dir)}, "steps": [], "complete": False}
     writer = RecordWriter(run_dir / "records.jsonl")
     try:
-        asyncio.run(_sweep(settings, target, tokenizer, factory, run_dir, writer, summary, slo, progress))
+        asyncio.run(_sweep(settings, target, tokenizer, run_dir, writer, summary, progress))
         summary["complete"] = True
     except KeyboardInterrupt:
         summary["aborted"] = "interrupted (Ctrl-C)"
@@ -112,6 +162,7 @@ def run_sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Path, 
     finally:
         writer.close()
         _write_summary(run_dir, summary)
+        write_exports(run_dir)
     return summary
 
 
@@ -119,37 +170,47 @@ def _write_summary(run_dir: Path, summary: dict) -> None:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
-async def _sweep(settings, target, tokenizer, factory, run_dir, writer, summary, slo, progress) -> None:
+async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Path, writer: RecordWriter,
+                 summary: dict, progress) -> None:
     client = make_client(settings.endpoint, target.url_for(settings.endpoint), settings.model)
-    scraper = MetricsScraper(target.metrics_url, run_dir / "server_metrics.jsonl") if target.metrics_url else None
+    metrics_path = run_dir / "server_metrics.jsonl"
+    scraper = MetricsScraper(target.metrics_url, metrics_path) if target.metrics_url else None
+    factory = PromptFactory(tokenizer, settings.seed)
+    slo = slo_of(settings)
     index = 0
     try:
         if settings.warmup_requests:
-            prompts = factory.batch(settings.warmup_requests, settings.input_tokens_mean, settings.input_tokens_stddev)
-            warm = await _run_requests(client, prompts, max(settings.concurrencies[0], 1), settings, "warmup",
-                                       tokenizer, writer, True, index)
+            isl, osl = settings.shapes[0]
+            shape = LoadShape("concurrency", min(settings.warmup_requests, 4), max_requests=settings.warmup_requests)
+            warm = await run_step(client, factory, settings, shape, isl, osl, "warmup", tokenizer, writer, True, index)
             index += len(warm)
             _raise_if_server_gone(warm, target, summary, "warm-up")
-        for concurrency in settings.concurrencies:
-            step = f"concurrency_{concurrency}"
-            prompts = factory.batch(settings.requests_per_concurrency, settings.input_tokens_mean,
-                                    settings.input_tokens_stddev)
-            if scraper:
-                scraper.start(step)
-            started = time.perf_counter()
-            try:
-                records = await _run_requests(client, prompts, concurrency, settings, step, tokenizer, writer,
-                                              False, index)
-            finally:
+        for isl, osl in settings.shapes:
+            for level in settings.load_levels:
+                step = step_name(settings, level, isl, osl)
+                shape = LoadShape(settings.mode, level, settings.arrival, settings.max_concurrency,
+                                  settings.requests_per_step, settings.duration_s, settings.seed + index)
                 if scraper:
-                    await scraper.stop()
-            index += len(records)
-            result = {"step": step, "concurrency": concurrency, **calculate_metrics(records, slo)}
-            result["phases"] = phase_split(result)
-            summary["steps"].append(result)
-            _write_summary(run_dir, summary)
-            progress(_progress_line(result, time.perf_counter() - started))
-            _raise_if_server_gone(records, target, summary, step)
+                    scraper.start(step)
+                started = time.perf_counter()
+                try:
+                    records = await run_step(client, factory, settings, shape, isl, osl, step, tokenizer, writer,
+                                             False, index)
+                finally:
+                    if scraper:
+                        await scraper.stop()
+                index += len(records)
+                result = {"step": step, "mode": settings.mode, settings.mode: level,
+                          "input_tokens": isl, "output_tokens": osl, **calculate_metrics(records, slo)}
+                if settings.mode == "concurrency":
+                    result["concurrency"] = int(level)
+                result["phases"] = phase_split(result)
+                samples = [s for s in read_server_metrics(metrics_path) if s.get("step") == step]
+                result["server"] = summarize_server_metrics(samples)
+                summary["steps"].append(result)
+                _write_summary(run_dir, summary)
+                progress(_progress_line(result, time.perf_counter() - started))
+                _raise_if_server_gone(records, target, summary, step)
     finally:
         await client.close()
 
@@ -159,8 +220,8 @@ def _raise_if_server_gone(records, target: Target, summary: dict, step: str) -> 
     if failed and not target.is_ready():
         summary["aborted"] = f"server stopped answering during {step}: {failed[0].error}"
         raise SweepAborted(f"the server stopped answering during {step} ({len(failed)} request(s) failed: "
-                           f"{failed[0].error})", "records so far are saved; check the server log, restart it, "
-                                                  "and rerun the sweep")
+                           f"{failed[0].error})", "records so far are saved in the run directory; check the "
+                                                  "server log, restart it, and rerun the sweep")
 
 
 def _progress_line(result: dict, seconds: float) -> str:
@@ -170,6 +231,6 @@ def _progress_line(result: dict, seconds: float) -> str:
         return f"{m[tag]['p50']:.1f}" if tag in m else "-"
 
     errors = f", {result['error_count']} errors" if result["error_count"] else ""
-    return (f"  concurrency {result['concurrency']:>3}: {result['request_count']} requests in {seconds:.1f}s{errors} | "
+    return (f"  {result['step']:>16}: {result['request_count']} requests in {seconds:.1f}s{errors} | "
             f"TTFT p50 {p50('time_to_first_token')} ms | ITL p50 {p50('inter_token_latency')} ms | "
             f"{result['output_token_throughput']['avg']:.1f} tok/s")

@@ -67,7 +67,7 @@ def render_markdown(run: RunDir) -> str:
             out.append(f"- {key.replace('_', ' ')}: `{info[key]}`")
     if "sweep" in info:
         s = info["sweep"]
-        out.append(f"- load: concurrency {s.get('concurrencies')}, {s.get('requests_per_concurrency')} requests per step, "
+        out.append(f"- load: concurrency {s.get('concurrencies')}, {s.get('requests_per_step')} requests per step, "
                    f"input {s.get('input_tokens_mean')} ± {s.get('input_tokens_stddev')} tokens, "
                    f"output {s.get('output_tokens')} tokens (ignore EOS), {s.get('warmup_requests')} warm-up requests")
     if run.summary.get("aborted"):

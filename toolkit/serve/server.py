@@ -31,6 +31,8 @@ class ServerHandle:
     metrics_port: int
     log_file: str
     repo_dir: str
+    openai_port: int | None = None
+    openai_pid: int | None = None
 
     @property
     def http_url(self) -> str:
@@ -39,6 +41,10 @@ class ServerHandle:
     @property
     def grpc_url(self) -> str:
         return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def openai_url(self) -> str | None:
+        return f"http://{self.host}:{self.openai_port}" if self.openai_port else None
 
     @property
     def metrics_url(self) -> str:
@@ -79,7 +85,7 @@ def check_port_free(host: str, port: int, what: str) -> None:
 
 def _choose_ports(server: ServerSection) -> dict[str, int]:
     ports = {}
-    for what in ("http", "grpc", "metrics"):
+    for what in ("http", "grpc", "metrics") + (("openai",) if server.openai else ()):
         port = getattr(server, f"{what}_port")
         if port:
             check_port_free(server.host, port, what)
@@ -166,6 +172,9 @@ def start_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state
                           str(repo_dir))
     try:
         _wait_ready(proc, handle, server.startup_timeout_s, log_file)
+        if server.openai:
+            handle.openai_port = ports["openai"]
+            handle.openai_pid = _start_openai_front(handle, repo_dir, log_file.parent / f"{config.name}.openai.log")
     except BaseException:
         _terminate(proc.pid)
         raise
@@ -197,6 +206,28 @@ def _wait_ready(proc: subprocess.Popen, handle: ServerHandle, timeout_s: float, 
                        f"raise server.startup_timeout_s or read {log_file}")
 
 
+def _start_openai_front(handle: ServerHandle, repo_dir: Path, log_path: Path) -> int:
+    import sys
+
+    manifest = json.loads((repo_dir / "manifest.json").read_text())
+    model = "tensorrt_llm_bls" if (repo_dir / "tensorrt_llm_bls").is_dir() else "ensemble"
+    cmd = [sys.executable, "-m", "toolkit.serve.openai_front", "--grpc-url", handle.grpc_url,
+           "--tokenizer", manifest["outputs"]["tokenizer_dir"], "--host", handle.host,
+           "--port", str(handle.openai_port), "--model", model]
+    proc = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ToolkitError(f"the OpenAI front exited with {proc.returncode}", f"read {log_path}")
+        try:
+            if requests.get(f"{handle.openai_url}/v1/models", timeout=1).status_code == 200:
+                return proc.pid
+        except requests.RequestException:
+            time.sleep(0.2)
+    _terminate(proc.pid)
+    raise ToolkitError("the OpenAI front did not answer within 60 s", f"read {log_path}")
+
+
 def _terminate(pid: int, timeout_s: float = 40) -> None:
     try:
         os.killpg(pid, signal.SIGTERM)
@@ -222,6 +253,8 @@ def _terminate(pid: int, timeout_s: float = 40) -> None:
 
 def stop_server(state_file: Path) -> ServerHandle:
     handle = ServerHandle.load(state_file)
+    if handle.openai_pid:
+        _terminate(handle.openai_pid, timeout_s=5)
     _terminate(handle.pid)
     state_file.unlink(missing_ok=True)
     return handle
