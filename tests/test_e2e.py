@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_model_dir):
     tmp = tmp_path_factory.mktemp("e2e")
-    config, layout = tiny_deployment(tmp, tiny_model_dir)
+    config, layout = tiny_deployment(tmp, tiny_model_dir, server={"openai": True})
     handle = deploy(config, layout)
     yield config, layout, handle
     pipeline.stop(layout)
@@ -155,3 +155,53 @@ def test_grafana_dashboard_queries_metrics_the_server_exports(served):
     optional = {"nv_inference_first_response_histogram_ms_bucket"}  # newer Triton builds only
     for name in queried - optional:
         assert re.search(rf"^{name}[{{ ]", exported, re.MULTILINE), name
+
+
+def with_sweep(config, **changes):
+    return config.model_copy(update={"sweep": config.sweep.model_copy(update=changes)})
+
+
+def test_openai_front_completions_and_chat(served):
+    _, _, handle = served
+    base = f"{handle.openai_url}/v1"
+    assert requests.get(f"{base}/models", timeout=5).json()["data"][0]["id"] == "toolkit"
+    body = {"model": "toolkit", "prompt": "Decode is memory bound.", "max_tokens": 5, "ignore_eos": True}
+    done = requests.post(f"{base}/completions", json=body, timeout=60).json()
+    assert done["object"] == "text_completion" and done["usage"]["completion_tokens"] == 5
+    assert done["choices"][0]["finish_reason"] == "length"
+    with requests.post(f"{base}/chat/completions", stream=True, timeout=60, json={
+            "model": "toolkit", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
+            "min_tokens": 4, "stream": True, "stream_options": {"include_usage": True}}) as response:
+        events = [line[5:].strip() for line in response.iter_lines(decode_unicode=True) if line.startswith("data:")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert sum(1 for c in chunks for ch in c["choices"] if ch["delta"].get("content") is not None) >= 4
+    assert chunks[-1]["usage"]["completion_tokens"] == 4
+    bad = requests.post(f"{base}/completions", json={"prompt": 3}, timeout=10)
+    assert bad.status_code == 400 and "prompt" in bad.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("endpoint", ["openai-completions", "openai-chat"])
+def test_sweep_over_openai_endpoints(served, endpoint):
+    config, layout, _ = served
+    run = RunDir.open(pipeline.sweep(with_sweep(config, endpoint=endpoint, concurrencies=[2], requests_per_step=4,
+                                                warmup_requests=0), layout, progress=lambda _: None))
+    step = run.steps[0]
+    assert step["request_count"] == 4 and step["error_count"] == 0
+    assert step["metrics"]["output_sequence_length"]["avg"] == 12  # usage.completion_tokens
+
+
+def test_rate_mode_sweep_with_slo_and_server_summary(served):
+    config, layout, _ = served
+    run_dir = pipeline.sweep(with_sweep(config, mode="rate", request_rates=[20.0], arrival="poisson",
+                                        max_concurrency=3, requests_per_step=6, warmup_requests=0,
+                                        slo_ttft_ms=10_000, slo_itl_ms=10_000), layout, progress=lambda _: None)
+    run = RunDir.open(run_dir)
+    step = run.steps[0]
+    assert step["step"] == "rate_20" and step["rate"] == 20.0 and step["request_count"] == 6
+    assert step["goodput"]["good_requests"] == 6
+    server = step["server"]
+    assert server["tensorrt_llm"]["requests"] >= 1 and "queue_ms_per_request" in server["ensemble"]
+    assert server["kv_cache"]["source"] == "cpu_engine" and server["kv_cache"]["blocks_max"] == 32
+    assert (run_dir / "exports" / "rate_20" / "profile_export_genai_perf.json").is_file()
+    assert (run_dir / "exports" / "profile_export.jsonl").is_file()

@@ -4,24 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
 
 # Triton core (queue/compute time, counts, pending), the TensorRT-LLM backend, and our CPU engine.
 _KEEP_PREFIXES = ("nv_inference_", "nv_trt_llm_", "toolkit_", "nv_cpu_", "nv_gpu_memory")
 
 
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
 def parse_metrics(text: str) -> dict[str, float]:
-    """Flatten Prometheus text into {'name{label="v",...}': value} for the families we keep."""
+    """Flatten Prometheus text into {'name{label="v",...}': value} for the families we keep.
+    Names stay as exposed (no `_total` rewriting), so they match the PromQL in docs and dashboards."""
     out = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if not sample.name.startswith(_KEEP_PREFIXES):
-                continue
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match or not match.group(1).startswith(_KEEP_PREFIXES):
+            continue
+        name, labels, value = match.groups()
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        pairs = sorted(_LABEL.findall(labels or ""))
+        key = name + ("{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}" if pairs else "")
+        out[key] = number
     return out
 
 
@@ -45,33 +56,42 @@ class MetricsScraper:
         self._task: asyncio.Task | None = None
         self.samples = 0
 
-    async def _loop(self, step: str) -> None:
+    async def _scrape(self, session, step: str) -> None:
         import aiohttp
 
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-            with self.path.open("a") as out:
-                while True:
-                    try:
-                        async with session.get(self.url) as response:
-                            text = await response.text()
-                        out.write(json.dumps({"time": time.perf_counter(), "wall": time.time(), "step": step,
-                                              "metrics": parse_metrics(text)}) + "\n")
-                        out.flush()
-                        self.samples += 1
-                    except (aiohttp.ClientError, asyncio.TimeoutError):
-                        pass  # the server may be gone; the sweep itself reports that
-                    await asyncio.sleep(self.interval_s)
+        try:
+            async with session.get(self.url) as response:
+                text = await response.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return  # the server may be gone; the sweep itself reports that
+        with self.path.open("a") as out:
+            out.write(json.dumps({"time": time.perf_counter(), "wall": time.time(), "step": step,
+                                  "metrics": parse_metrics(text)}) + "\n")
+        self.samples += 1
+
+    async def _loop(self, step: str) -> None:
+        while True:
+            await self._scrape(self._session, step)
+            await asyncio.sleep(self.interval_s)
 
     def start(self, step: str) -> None:
+        import aiohttp
+
+        self._step = step
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
         self._task = asyncio.get_running_loop().create_task(self._loop(step))
 
     async def stop(self) -> None:
+        """Stop polling after one last sample, so every step has its end state."""
         if self._task:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
+            await self._scrape(self._session, self._step)
+            await self._session.close()
+            self._task = None
 
 
 def read_server_metrics(path: Path) -> list[dict]:

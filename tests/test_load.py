@@ -1,0 +1,144 @@
+"""Load shapes, exports and server-metric summaries: deterministic, no server needed."""
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from toolkit.bench.exports import write_exports
+from toolkit.bench.load import LoadShape, arrival_gaps, drive
+from toolkit.bench.metrics import calculate_metrics
+from toolkit.bench.records import RecordWriter, RequestRecord
+from toolkit.bench.server_metrics import parse_metrics, summarize_server_metrics
+from toolkit.cli import parse_slo
+from toolkit.errors import ToolkitError
+
+
+def run_drive(shape, service_s=0.0, stop_after=None):
+    """Drive a load shape against a fake service; returns (send times, peak in flight)."""
+    sent, in_flight, peak = [], 0, 0
+    counter = iter(range(10**6))
+
+    async def send(item):
+        nonlocal in_flight, peak
+        sent.append(time.perf_counter())
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(service_s)
+        in_flight -= 1
+        return stop_after is None or len(sent) < stop_after
+
+    asyncio.run(drive(shape, lambda: next(counter), send))
+    return sent, peak
+
+
+def test_concurrency_mode_keeps_n_in_flight_and_stops_at_count():
+    sent, peak = run_drive(LoadShape("concurrency", 4, max_requests=20), service_s=0.01)
+    assert len(sent) == 20 and peak == 4
+
+
+def test_rate_mode_constant_spacing():
+    sent, _ = run_drive(LoadShape("rate", 50, arrival="constant", max_requests=11))
+    gaps = [b - a for a, b in zip(sent, sent[1:])]
+    assert len(sent) == 11
+    assert sum(gaps) / len(gaps) == pytest.approx(0.02, rel=0.25)
+
+
+def test_poisson_gaps_are_seeded_and_have_the_rate():
+    a = [g for g, _ in zip(arrival_gaps(10, "poisson", 7), range(2000))]
+    b = [g for g, _ in zip(arrival_gaps(10, "poisson", 7), range(2000))]
+    assert a == b
+    assert sum(a) / len(a) == pytest.approx(0.1, rel=0.08)
+    assert len(set(round(g, 6) for g in a)) > 1900  # not constant
+
+
+def test_rate_mode_caps_requests_in_flight():
+    _, peak = run_drive(LoadShape("rate", 500, arrival="constant", max_concurrency=2, max_requests=12), service_s=0.02)
+    assert peak == 2
+
+
+def test_duration_bounds_a_step():
+    start = time.perf_counter()
+    sent, _ = run_drive(LoadShape("concurrency", 2, duration_s=0.2), service_s=0.01)
+    assert 0.18 < time.perf_counter() - start < 0.5 and 10 < len(sent) < 60
+
+
+def test_send_returning_false_stops_the_step():
+    sent, _ = run_drive(LoadShape("concurrency", 1, max_requests=50), stop_after=3)
+    assert len(sent) == 3
+
+
+def test_slo_flag_parsing():
+    assert parse_slo("ttft=500ms,itl=50ms,latency=2s") == {
+        "sweep.slo_ttft_ms": 500.0, "sweep.slo_itl_ms": 50.0, "sweep.slo_latency_ms": 2000.0}
+    with pytest.raises(ToolkitError, match="ttft\\|itl\\|latency"):
+        parse_slo("tpot=3ms")
+
+
+def _record(i, ttft, gaps, step="concurrency_1"):
+    chunks = [10.0 + ttft]
+    for g in gaps:
+        chunks.append(chunks[-1] + g)
+    return RequestRecord(i, step, 10.0, 8, len(chunks), chunk_times=chunks, end_time=chunks[-1],
+                         output_tokens=len(chunks))
+
+
+def test_genai_perf_and_aiperf_exports(tmp_path):
+    records = [_record(0, 0.1, [0.02] * 4), _record(1, 0.3, [0.04] * 4)]
+    writer = RecordWriter(tmp_path / "records.jsonl")
+    for r in records:
+        writer.write(r)
+    writer.close()
+    step = {"step": "concurrency_1", "concurrency": 1, "input_tokens": 8, "output_tokens": 5,
+            **calculate_metrics(records)}
+    (tmp_path / "summary.json").write_text(json.dumps({"run": {"model": "tiny", "endpoint": "triton-grpc"},
+                                                       "steps": [step]}))
+    write_exports(tmp_path)
+    genai = json.loads((tmp_path / "exports" / "concurrency_1" / "profile_export_genai_perf.json").read_text())
+    assert genai["time_to_first_token"]["unit"] == "ms"
+    assert genai["time_to_first_token"]["avg"] == pytest.approx(200)
+    assert genai["inter_token_latency"]["p50"] == pytest.approx(30)
+    assert genai["request_throughput"]["unit"] == "requests/sec"
+    assert genai["input_config"]["concurrency"] == 1
+    csv_text = (tmp_path / "exports" / "concurrency_1" / "profile_export_genai_perf.csv").read_text()
+    assert csv_text.startswith("Metric,avg,min,max,p99,p95,p90,p75,p50,p25")
+    assert "Time To First Token (ms),200.00" in csv_text and "Request Throughput (per sec)" in csv_text
+    lines = (tmp_path / "exports" / "profile_export.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    assert first["metrics"]["time_to_first_token"] == {"value": pytest.approx(100), "unit": "ms"}
+    assert len(first["metrics"]["inter_chunk_gap"]["value"]) == 4
+
+
+PROM = """# HELP nv_inference_request_success x
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{{model="ensemble",version="1"}} {ok}
+nv_inference_request_success{{model="tensorrt_llm",version="1"}} {ok}
+# TYPE nv_inference_queue_duration_us counter
+nv_inference_queue_duration_us{{model="tensorrt_llm",version="1"}} {queue}
+# TYPE nv_inference_compute_infer_duration_us counter
+nv_inference_compute_infer_duration_us{{model="tensorrt_llm",version="1"}} {compute}
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{{model="tensorrt_llm",version="1"}} {pending}
+# TYPE toolkit_kv_cache_blocks_used gauge
+toolkit_kv_cache_blocks_used{{model="tensorrt_llm",version="1"}} {kv}
+# TYPE toolkit_kv_cache_blocks_max gauge
+toolkit_kv_cache_blocks_max{{model="tensorrt_llm",version="1"}} 100
+# TYPE toolkit_decode_time_seconds histogram
+toolkit_decode_time_seconds_sum{{model="tensorrt_llm",version="1"}} {dsum}
+toolkit_decode_time_seconds_count{{model="tensorrt_llm",version="1"}} {dcount}
+"""
+
+
+def test_server_metric_summary_from_two_scrapes():
+    samples = [
+        {"metrics": parse_metrics(PROM.format(ok=10, queue=1000, compute=50000, pending=0, kv=10, dsum=1.0, dcount=10))},
+        {"metrics": parse_metrics(PROM.format(ok=20, queue=21000, compute=150000, pending=3, kv=60, dsum=3.0, dcount=20))},
+    ]
+    s = summarize_server_metrics(samples)
+    assert s["tensorrt_llm"]["queue_ms_per_request"] == pytest.approx(2.0)
+    assert s["tensorrt_llm"]["compute_ms_per_request"] == pytest.approx(10.0)
+    assert s["pending_requests_max"] == 3
+    assert s["kv_cache"]["blocks_used_max"] == 60 and s["kv_cache"]["utilization_max"] == pytest.approx(0.6)
+    assert s["decode_ms_mean"] == pytest.approx(200.0)
+    assert summarize_server_metrics(samples[:1]) == {}
