@@ -205,3 +205,17 @@ def test_rate_mode_sweep_with_slo_and_server_summary(served):
     assert server["kv_cache"]["source"] == "cpu_engine" and server["kv_cache"]["blocks_max"] == 32
     assert (run_dir / "exports" / "rate_20" / "profile_export_genai_perf.json").is_file()
     assert (run_dir / "exports" / "profile_export.jsonl").is_file()
+
+
+def test_html_report_compares_runs(served, tmp_path):
+    config, layout, _ = served
+    first = pipeline.sweep(with_sweep(config, concurrencies=[1, 2], requests_per_step=3, warmup_requests=0), layout,
+                           progress=lambda _: None)
+    second = pipeline.sweep(with_sweep(config, concurrencies=[1, 2], requests_per_step=3, warmup_requests=0,
+                                       endpoint="triton-http"), layout, progress=lambda _: None)
+    markdown = pipeline.report(first, second, out=tmp_path / "compare.md")
+    text = markdown.read_text()
+    assert "## Comparison" in text and text.count("| e2e fp8 | Concurrency 2") == 2
+    page = (tmp_path / "compare.html").read_text()
+    assert page.count("data:image/png;base64,") >= 3 + 2 * 3  # shared plots + per-run plots
+    assert "roofline with measured points" in page

@@ -207,15 +207,17 @@ def sweep_cmd(config_path, sets, concurrencies, rates, arrival, max_concurrency,
 
 
 @cli.command("report")
-@click.argument("run_dir", type=click.Path(path_type=Path), required=False)
+@click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("perf/runs"), show_default=True)
-def report_cmd(run_dir, runs_dir):
-    """Write report.md for a sweep run (default: the latest run)."""
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Markdown path (HTML beside it).")
+def report_cmd(run_dirs, runs_dir, out):
+    """report.md + report.html for one run (default: the latest), or several runs compared on one page."""
     from toolkit import pipeline
     from toolkit.report.rundir import latest_run
 
-    path = pipeline.report(run_dir or latest_run(runs_dir))
-    click.echo(f"report: {path}")
+    runs = list(run_dirs) or [latest_run(runs_dir)]
+    path = pipeline.report(*runs, out=out)
+    click.echo(f"report: {path}\nhtml:   {path.with_suffix('.html')}")
 
 
 @cli.command("plan")

@@ -104,16 +104,26 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
             "kv_cache_dtype": config.quantize.kv_cache_dtype, "target": config.engine.target,
             "endpoint": config.sweep.endpoint, "sweep": config.sweep.model_dump(), "engine": config.engine.model_dump(),
             "plan": {"gpu": config.plan.gpu}}
+    try:  # lets reports hold the measurements against `toolkit plan`
+        info["model_spec"] = model_spec_for(config, layout).to_dict()
+        info["plan_deployment"] = deployment_for_plan(config).__dict__
+    except ToolkitError:
+        pass
     progress(f"sweep → {run_dir}")
     run_sweep(config.sweep, target, tokenizer, run_dir, info, progress=progress)
     return run_dir
 
 
-def report(run_dir: Path) -> Path:
+def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:
+    """report.md and report.html beside the (first) run; several runs are compared on one page."""
+    from toolkit.report.html import write_html_report
     from toolkit.report.markdown import write_markdown_report
     from toolkit.report.rundir import RunDir
 
-    return write_markdown_report(RunDir.open(run_dir))
+    runs = [RunDir.open(p) for p in (run_dir, *more_runs)]
+    markdown = write_markdown_report(runs, out)
+    write_html_report(runs, markdown.with_suffix(".html"))
+    return markdown
 
 
 def deployment_for_plan(config: DeploymentConfig, **overrides):

@@ -49,7 +49,7 @@ def sum_metric(sample: dict[str, float], name: str, **labels: str) -> float:
 class MetricsScraper:
     """Polls the metrics URL while a step runs, appending each sample to a JSONL file."""
 
-    def __init__(self, url: str, path: Path, interval_s: float = 0.5):
+    def __init__(self, url: str, path: Path, interval_s: float = 0.25):
         self.url = url
         self.path = path
         self.interval_s = interval_s

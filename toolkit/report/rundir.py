@@ -30,6 +30,12 @@ class RunDir:
         return self.path.name
 
     @property
+    def label(self) -> str:
+        """Short name for legends: the variant label of an A/B run, else config + qformat."""
+        info = self.summary.get("run", {})
+        return info.get("label") or f"{info.get('config_name', self.name)} {info.get('qformat', '')}".strip()
+
+    @property
     def steps(self) -> list[dict]:
         return self.summary.get("steps", [])
 
