@@ -220,6 +220,25 @@ def report_cmd(run_dirs, runs_dir, out):
     click.echo(f"report: {path}\nhtml:   {path.with_suffix('.html')}")
 
 
+@cli.command("ab")
+@config_options
+@click.option("--variant", "variants", multiple=True, required=True, metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+              help="A variant of the config (repeatable; the first is the baseline), "
+                   "e.g. fp8:quantize.qformat=fp8 int4:quantize.qformat=int4_awq")
+@click.option("--repeat", type=int, default=3, show_default=True, help="Interleaved repetitions per variant.")
+@click.option("--out", "out_root", type=click.Path(path_type=Path), default=Path("perf/ab"), show_default=True)
+def ab_cmd(config_path, sets, variants, repeat, out_root):
+    """A/B: variants with everything else fixed, repetitions interleaved; better / worse / noise per metric."""
+    from toolkit.bench.ab_run import parse_variant, run_ab
+
+    if repeat < 1:
+        raise ToolkitError(f"--repeat must be at least 1 (got {repeat})", "use --repeat 3 or more")
+    config, _ = _load(config_path, sets)
+    out_dir = run_ab(config, [parse_variant(v) for v in variants], repeat, out_root, progress=click.echo)
+    click.echo((out_dir / "ab.md").read_text())
+    click.echo(f"ab: {out_dir}")
+
+
 @cli.command("plan")
 @config_options
 @click.option("--model", "-m", default=None, help="Known model name (e.g. llama-2-70b) or a checkpoint directory.")

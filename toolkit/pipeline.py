@@ -91,7 +91,7 @@ def target_for(config: DeploymentConfig, layout: ArtifactLayout):
 
 
 def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokenizer_dir: str | None = None,
-          progress=print) -> Path:
+          progress=print, label: str | None = None, extra_info: dict | None = None) -> Path:
     from toolkit.bench.sweep import new_run_dir, run_sweep
 
     target = target or target_for(config, layout)
@@ -103,7 +103,7 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
     info = {"config_name": config.name, "model": config.model.display_name, "qformat": config.quantize.qformat,
             "kv_cache_dtype": config.quantize.kv_cache_dtype, "target": config.engine.target,
             "endpoint": config.sweep.endpoint, "sweep": config.sweep.model_dump(), "engine": config.engine.model_dump(),
-            "plan": {"gpu": config.plan.gpu}}
+            "plan": {"gpu": config.plan.gpu}, "label": label, **(extra_info or {})}
     try:  # lets reports hold the measurements against `toolkit plan`
         info["model_spec"] = model_spec_for(config, layout).to_dict()
         info["plan_deployment"] = deployment_for_plan(config).__dict__

@@ -1,0 +1,114 @@
+"""A/B statistics, pure: per-metric difference between variants with a bootstrap confidence interval,
+and a verdict — better, worse, or noise — that refuses to call a difference real when the
+repetitions do not reproduce.
+
+The independent unit is the repetition (a whole sweep run); requests within a repetition are
+resampled too (a two-level bootstrap), so both run-to-run and request-to-request variation widen the CI.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import asdict, dataclass
+
+from toolkit.bench.records import RequestRecord
+
+# metric → (per-request value in ms, or None for a per-run value; lower is better?)
+AB_METRICS = {
+    "time_to_first_token": (lambda r: r.ttft * 1e3, True),
+    "inter_token_latency": (lambda r: r.inter_token_latency * 1e3 if r.inter_token_latency else None, True),
+    "request_latency": (lambda r: r.e2e_latency * 1e3, True),
+    "output_token_throughput": (None, False),
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metric: str
+    step: str
+    baseline: str
+    candidate: str
+    baseline_value: float
+    candidate_value: float
+    relative_change: float  # (candidate − baseline) / baseline
+    ci_low: float
+    ci_high: float
+    repetitions: int
+    rep_spread: float  # worst (max − min) / median of the per-repetition values, over both variants
+    agreeing_repetitions: int  # repetitions whose paired difference has the overall sign
+    verdict: str  # better | worse | noise
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _two_level_sample(reps: list[list[float]], rng: random.Random) -> list[float]:
+    out: list[float] = []
+    for _ in reps:
+        rep = reps[rng.randrange(len(reps))]
+        out.extend(rep[rng.randrange(len(rep))] for _ in rep)
+    return out
+
+
+def _stat(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def compare(metric: str, step: str, baseline: str, candidate: str, base_reps: list[list[float]],
+            cand_reps: list[list[float]], lower_is_better: bool, boot: int = 2000, seed: int = 0,
+            confidence: float = 0.95, max_rep_spread: float = 0.25) -> Comparison:
+    """base_reps / cand_reps: per repetition, the values of this metric (one per request, or one per run)."""
+    base_reps = [r for r in base_reps if r]
+    cand_reps = [r for r in cand_reps if r]
+    if not base_reps or not cand_reps:
+        raise ValueError(f"no values for {metric} in {step}")
+    rng = random.Random(seed)
+    base_value = _stat([v for r in base_reps for v in r])
+    cand_value = _stat([v for r in cand_reps for v in r])
+    diffs = []
+    for _ in range(boot):
+        b = _stat(_two_level_sample(base_reps, rng))
+        c = _stat(_two_level_sample(cand_reps, rng))
+        diffs.append((c - b) / b if b else 0.0)
+    diffs.sort()
+    tail = (1 - confidence) / 2
+    low, high = diffs[int(tail * boot)], diffs[min(boot - 1, int((1 - tail) * boot))]
+    change = (cand_value - base_value) / base_value if base_value else 0.0
+
+    per_rep = lambda reps: [_stat(r) for r in reps]  # noqa: E731
+    spreads = [(max(v) - min(v)) / _stat(v) for v in (per_rep(base_reps), per_rep(cand_reps)) if len(v) > 1 and _stat(v)]
+    spread = max(spreads) if spreads else 0.0
+    paired = [c - b for b, c in zip(per_rep(base_reps), per_rep(cand_reps))]
+    sign = 1 if change > 0 else -1
+    agreeing = sum(1 for d in paired if d * sign > 0)
+    repetitions = min(len(base_reps), len(cand_reps))
+
+    per_run_metric = all(len(r) == 1 for r in base_reps + cand_reps)
+    if repetitions < 2:
+        verdict, reason = "noise", "one repetition cannot show that a difference reproduces: use --repeat ≥ 2"
+    elif per_run_metric and repetitions < 3:
+        verdict, reason = "noise", "a per-run metric (one value per repetition) needs --repeat ≥ 3"
+    elif spread > max_rep_spread:
+        verdict, reason = "noise", (f"runs do not reproduce: repetitions differ by {100 * spread:.0f} % "
+                                    f"(> {100 * max_rep_spread:.0f} %)")
+    elif low <= 0 <= high:
+        verdict, reason = "noise", f"the {100 * confidence:.0f} % interval includes no change"
+    elif agreeing < repetitions:
+        verdict, reason = "noise", f"only {agreeing} of {repetitions} paired repetitions agree on the direction"
+    else:
+        improved = (change < 0) == lower_is_better
+        verdict = "better" if improved else "worse"
+        reason = f"every repetition agrees and the {100 * confidence:.0f} % interval excludes no change"
+    return Comparison(metric, step, baseline, candidate, base_value, cand_value, change, low, high, repetitions,
+                      spread, agreeing, verdict, reason)
+
+
+def metric_values(records: list[RequestRecord], metric: str, step_summary: dict) -> list[float]:
+    """The values of one metric in one step of one repetition."""
+    extract, _ = AB_METRICS[metric]
+    if extract is None:
+        return [step_summary["output_token_throughput"]["avg"]]
+    values = [extract(r) for r in records if r.ok and not r.warmup]
+    return [v for v in values if v is not None]
