@@ -220,6 +220,21 @@ def report_cmd(run_dirs, runs_dir, out):
     click.echo(f"report: {path}\nhtml:   {path.with_suffix('.html')}")
 
 
+@cli.command("doctor")
+@click.argument("run_dir", type=click.Path(path_type=Path), required=False)
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("perf/runs"), show_default=True)
+def doctor_cmd(run_dir, runs_dir):
+    """The troubleshooting checklist over a run's records and server metrics (default: the latest run)."""
+    from toolkit.report.doctor import diagnose, write_doctor
+    from toolkit.report.rundir import RunDir, latest_run
+
+    run = RunDir.open(run_dir or latest_run(runs_dir))
+    findings = diagnose(run)
+    path = write_doctor(run, findings)
+    click.echo(path.read_text())
+    click.echo(f"doctor: {path}")
+
+
 @cli.command("ab")
 @config_options
 @click.option("--variant", "variants", multiple=True, required=True, metavar="LABEL:KEY=VALUE[,KEY=VALUE]",

@@ -1,0 +1,96 @@
+"""Each doctor check on run directories crafted to trigger it (and not to)."""
+
+import json
+
+from toolkit.bench.metrics import calculate_metrics, phase_split
+from toolkit.bench.records import RecordWriter, RequestRecord
+from toolkit.report.doctor import diagnose, write_doctor
+from toolkit.report.rundir import RunDir
+
+
+def record(i, step, ttft, gaps, isl=64):
+    chunks = [ttft]
+    for g in gaps:
+        chunks.append(chunks[-1] + g)
+    return RequestRecord(i, step, 0.0, isl, len(chunks), chunk_times=chunks, end_time=chunks[-1],
+                         output_tokens=len(chunks))
+
+
+def make_run(tmp_path, steps, server=None, samples=None):
+    """steps: {concurrency: [records]}; server: {concurrency: server summary}."""
+    writer = RecordWriter(tmp_path / "records.jsonl")
+    summary_steps = []
+    for level, records in steps.items():
+        for r in records:
+            writer.write(r)
+        s = {"step": records[0].step, "mode": "concurrency", "concurrency": level,
+             "input_tokens": records[0].input_tokens, "output_tokens": 10, **calculate_metrics(records)}
+        s["phases"] = phase_split(s)
+        s["server"] = (server or {}).get(level, {})
+        summary_steps.append(s)
+    writer.close()
+    (tmp_path / "summary.json").write_text(json.dumps({"run": {}, "steps": summary_steps}))
+    if samples:
+        (tmp_path / "server_metrics.jsonl").write_text("\n".join(json.dumps(s) for s in samples))
+    return RunDir.open(tmp_path)
+
+
+def checks(run):
+    return {f.check for f in diagnose(run)}
+
+
+def test_decode_dominates(tmp_path):
+    run = make_run(tmp_path, {1: [record(i, "c1", 0.01, [0.02] * 20) for i in range(5)]})
+    found = [f for f in diagnose(run) if f.check == "decode_dominates"]
+    assert found and "FP8" in found[0].lever and "%" in found[0].evidence
+
+
+def test_prefill_heavy_run_is_not_decode_dominated(tmp_path):
+    run = make_run(tmp_path, {1: [record(i, "c1", 1.0, [0.01] * 5) for i in range(5)]})
+    assert "decode_dominates" not in checks(run)
+
+
+def test_queueing_from_server_queue_time(tmp_path):
+    run = make_run(tmp_path, {4: [record(i, "c4", 0.2, [0.01] * 5) for i in range(5)]},
+                   server={4: {"tensorrt_llm": {"queue_ms_per_request": 150.0, "compute_ms_per_request": 5.0}}})
+    found = [f for f in diagnose(run) if f.check == "queueing"]
+    assert found and "150.0 ms of 200.0 ms" in found[0].evidence
+
+
+def test_kv_cache_near_full(tmp_path):
+    run = make_run(tmp_path, {8: [record(i, "c8", 0.1, [0.01] * 5) for i in range(5)]},
+                   server={8: {"kv_cache": {"source": "cpu_engine", "blocks_used_max": 125, "blocks_max": 128,
+                                            "blocks_used_mean": 100, "utilization_max": 125 / 128}}})
+    assert "kv_cache_full" in checks(run)
+
+
+def test_ttft_grows_while_itl_flat(tmp_path):
+    run = make_run(tmp_path, {1: [record(i, "c1", 0.05, [0.02] * 10) for i in range(5)],
+                              8: [record(i, "c8", 0.15, [0.021] * 10) for i in range(5, 10)]})
+    found = {f.check: f for f in diagnose(run)}
+    assert "ttft_grows_itl_flat" in found and "chunked prefill" in found["ttft_grows_itl_flat"].lever
+
+
+def test_itl_spikes_in_one_step(tmp_path):
+    gaps = [0.01] * 30 + [0.2]
+    run = make_run(tmp_path, {2: [record(i, "c2", 0.05, gaps) for i in range(5)]})
+    assert "itl_spikes" in checks(run)
+
+
+def test_itl_grows_with_context_within_a_step(tmp_path):
+    records = [record(i, "c1", 0.05, [0.01 + 0.0001 * isl] * 10, isl=isl) for i, isl in enumerate(range(50, 500, 50))]
+    run = make_run(tmp_path, {1: records})
+    assert "itl_grows_with_context" in checks(run)
+
+
+def test_memory_flat_is_explained_not_flagged(tmp_path):
+    samples = [{"time": t, "step": "c1", "metrics": {'nv_gpu_memory_used_bytes{gpu_uuid="x"}': 70e9}} for t in range(5)]
+    run = make_run(tmp_path, {1: [record(i, "c1", 0.5, [0.01] * 3) for i in range(5)]}, samples=samples)
+    found = [f for f in diagnose(run) if f.check == "memory_flat"]
+    assert found and found[0].severity == "info" and "reserved at start-up" in found[0].lever
+
+
+def test_a_healthy_run_has_no_warnings_and_doctor_md_says_so(tmp_path):
+    run = make_run(tmp_path, {1: [record(i, "c1", 0.5, [0.01] * 10) for i in range(5)]})
+    assert diagnose(run) == []
+    assert "No findings" in write_doctor(run, []).read_text()

@@ -1,0 +1,195 @@
+"""`toolkit doctor RUN`: the troubleshooting checklist, automated from a run's records and server metrics.
+
+Each check is a pure function of the run's files; each finding carries its evidence numbers and
+the lever to try. Thresholds are module constants so they are visible and testable.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.bench.server_metrics import sum_metric
+from toolkit.report.rundir import RunDir
+
+DECODE_DOMINANT_SHARE = 0.8
+QUEUE_DOMINANT_SHARE = 0.5
+KV_NEAR_FULL = 0.9
+TTFT_GROWTH = 2.0
+ITL_FLAT = 1.3
+ITL_SPIKE_RATIO = 3.0
+CONTEXT_CORRELATION = 0.5
+MEMORY_FLAT = 0.02
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    severity: str  # warn | info
+    summary: str
+    evidence: str
+    lever: str
+
+    def markdown(self) -> str:
+        return f"- **{self.summary}** ({self.severity})\n  - evidence: {self.evidence}\n  - lever: {self.lever}"
+
+
+def _m(step: dict, tag: str, stat: str = "p50") -> float | None:
+    return step["metrics"].get(tag, {}).get(stat)
+
+
+def _level(step: dict) -> float:
+    return step.get("concurrency") or step.get("rate") or 0
+
+
+def check_decode_dominates(run: RunDir) -> list[Finding]:
+    steps = [s for s in run.steps if s.get("phases")]
+    if not steps:
+        return []
+    shares = [s["phases"]["decode_share"] for s in steps]
+    unloaded = min(steps, key=_level)  # the phase split without queueing effects
+    if unloaded["phases"]["decode_share"] < DECODE_DOMINANT_SHARE:
+        return []
+    worst = unloaded
+    return [Finding("decode_dominates", "info", "Decode dominates end-to-end latency",
+                    f"decode is {100 * min(shares):.0f}–{100 * max(shares):.0f} % of mean request latency "
+                    f"(e.g. {worst['step']}: prefill {worst['phases']['prefill_ms']:.1f} ms, decode "
+                    f"{worst['phases']['decode_ms']:.1f} ms)",
+                    "cut the bytes each decode step reads: FP8 or INT4-AWQ weights, FP8 KV cache; raise batch "
+                    "(concurrency) to share each weight read across more tokens; consider speculative decoding")]
+
+
+def check_queueing(run: RunDir) -> list[Finding]:
+    findings = []
+    for step in run.steps:
+        server, ttft = step.get("server") or {}, _m(step, "time_to_first_token", "avg")
+        if not ttft:
+            continue
+        queue = sum(server.get(m, {}).get("queue_ms_per_request", 0.0) for m in ("ensemble", "tensorrt_llm"))
+        engine_prefill = server.get("prefill_ms_mean")
+        if queue / ttft > QUEUE_DOMINANT_SHARE:
+            findings.append(Finding("queueing", "warn", f"Queueing dominates TTFT in {step['step']}",
+                                    f"Triton queue {queue:.1f} ms of {ttft:.1f} ms mean TTFT ({100 * queue / ttft:.0f} %)",
+                                    "more model instances or a larger max_batch_size / max_num_tokens; in rate "
+                                    "mode, the arrival rate exceeds what the server finishes: scale out"))
+    steps = sorted((s for s in run.steps if _m(s, "time_to_first_token")), key=_level)
+    if len(steps) >= 2 and not findings:
+        low, high = steps[0], steps[-1]
+        growth = _m(high, "time_to_first_token") / _m(low, "time_to_first_token")
+        prefill_low = (low.get("server") or {}).get("prefill_ms_mean")
+        if growth > TTFT_GROWTH * 2:
+            findings.append(Finding("queueing", "warn", "Requests wait: TTFT grows far faster than load",
+                                    f"TTFT p50 {_m(low, 'time_to_first_token'):.1f} ms at {low['step']} → "
+                                    f"{_m(high, 'time_to_first_token'):.1f} ms at {high['step']} (×{growth:.1f})"
+                                    + (f"; engine prefill at low load {prefill_low:.1f} ms" if prefill_low else ""),
+                                    "requests queue for a batch slot or for prefill: raise max_batch_size and "
+                                    "max_num_tokens, enable chunked prefill, or add capacity"))
+    return findings
+
+
+def check_kv_cache(run: RunDir) -> list[Finding]:
+    findings = []
+    for step in run.steps:
+        kv = (step.get("server") or {}).get("kv_cache")
+        if kv and kv["utilization_max"] >= KV_NEAR_FULL:
+            findings.append(Finding("kv_cache_full", "warn", f"KV cache near full in {step['step']}",
+                                    f"{kv['blocks_used_max']:g} of {kv['blocks_max']:g} blocks used at peak "
+                                    f"({100 * kv['utilization_max']:.0f} %), source {kv['source']}",
+                                    "requests wait or are paused for blocks: FP8 KV cache, a larger "
+                                    "kv_cache_free_gpu_mem_fraction, a smaller max_seq_len, or more GPUs (TP)"))
+    return findings
+
+
+def check_ttft_grows_itl_flat(run: RunDir) -> list[Finding]:
+    steps = sorted((s for s in run.steps if _m(s, "time_to_first_token") and _m(s, "inter_token_latency")), key=_level)
+    findings = []
+    if len(steps) >= 2:
+        low, high = steps[0], steps[-1]
+        ttft_growth = _m(high, "time_to_first_token") / _m(low, "time_to_first_token")
+        itl_growth = _m(high, "inter_token_latency") / _m(low, "inter_token_latency")
+        if ttft_growth > TTFT_GROWTH and itl_growth < ITL_FLAT:
+            findings.append(Finding("ttft_grows_itl_flat", "warn", "TTFT grows with load while ITL stays flat",
+                                    f"TTFT p50 ×{ttft_growth:.1f}, ITL p50 ×{itl_growth:.2f} from {low['step']} "
+                                    f"to {high['step']}",
+                                    "new prompts wait behind running decodes for prefill: enable chunked prefill "
+                                    "(enable_chunked_context) and tune max_num_tokens so prefill chunks share steps"))
+    for step in run.steps:
+        p50, p99 = _m(step, "inter_chunk_gap", "p50"), _m(step, "inter_chunk_gap", "p99")
+        if p50 and p99 and p99 / p50 > ITL_SPIKE_RATIO:
+            findings.append(Finding("itl_spikes", "warn", f"Decode stalls in {step['step']}",
+                                    f"inter-chunk gap p99 {p99:.1f} ms vs p50 {p50:.1f} ms (×{p99 / p50:.1f})",
+                                    "a prefill is blocking running decodes: chunked prefill, a smaller "
+                                    "max_num_tokens per step, or separate prefill capacity"))
+    return findings
+
+
+def _correlation(xs: list[float], ys: list[float]) -> float | None:
+    if len(xs) < 5 or statistics.pstdev(xs) == 0 or statistics.pstdev(ys) == 0:
+        return None
+    return statistics.correlation(xs, ys)
+
+
+def check_itl_grows_with_context(run: RunDir) -> list[Finding]:
+    records = [r for r in run.records() if r.ok and not r.warmup and r.inter_token_latency]
+    by_step: dict[str, list] = {}
+    for r in records:
+        by_step.setdefault(r.step, []).append(r)
+    findings = []
+    # Across shape steps at the same load (ISL sweeps), else within a step with ISL variation.
+    shape_steps = [s for s in run.steps if _m(s, "inter_token_latency")]
+    isl_values = {s.get("input_tokens") for s in shape_steps}
+    if len(isl_values) >= 2:
+        xs = [s["input_tokens"] for s in shape_steps]
+        ys = [_m(s, "inter_token_latency") for s in shape_steps]
+        corr = _correlation(xs, ys) if len(xs) >= 5 else (1.0 if ys[xs.index(max(xs))] > 1.2 * ys[xs.index(min(xs))] else None)
+        if corr and corr > CONTEXT_CORRELATION:
+            findings.append(Finding("itl_grows_with_context", "warn", "ITL grows with context length",
+                                    f"ITL p50 {min(ys):.1f} → {max(ys):.1f} ms over ISL {min(xs)} → {max(xs)}",
+                                    "each decode step re-reads the whole KV cache: FP8 KV cache, fewer KV heads "
+                                    "(GQA models), paged context FMHA, or shorter contexts"))
+            return findings
+    for step, rs in by_step.items():
+        corr = _correlation([r.input_tokens for r in rs], [r.inter_token_latency for r in rs])
+        if corr and corr > CONTEXT_CORRELATION:
+            findings.append(Finding("itl_grows_with_context", "warn", f"ITL grows with context length in {step}",
+                                    f"correlation of ITL with input tokens {corr:.2f} over {len(rs)} requests",
+                                    "each decode step re-reads the whole KV cache: FP8 KV cache, fewer KV heads "
+                                    "(GQA models), or shorter contexts"))
+    return findings
+
+
+def check_memory_flat(run: RunDir) -> list[Finding]:
+    samples = run.server_metrics()
+    for name, label in (("nv_gpu_memory_used_bytes", "GPU"), ("nv_cpu_memory_used_bytes", "host")):
+        series = [sum_metric(s["metrics"], name) for s in samples if any(k.startswith(name) for k in s["metrics"])]
+        if len(series) >= 3 and max(series) > 0:
+            spread = (max(series) - min(series)) / max(series)
+            if spread < MEMORY_FLAT:
+                return [Finding("memory_flat", "info", f"{label} memory is flat from the first sample",
+                                f"{min(series) / 1e9:.2f}–{max(series) / 1e9:.2f} GB over {len(series)} samples "
+                                f"(spread {100 * spread:.1f} %)",
+                                "the KV cache is reserved at start-up (kv_cache_free_gpu_mem_fraction / the CPU "
+                                "engine's kv_cache_blocks), not grown per request: memory use says nothing about "
+                                "load; watch KV blocks used instead")]
+            return []
+    return []
+
+
+CHECKS = [check_decode_dominates, check_queueing, check_kv_cache, check_ttft_grows_itl_flat,
+          check_itl_grows_with_context, check_memory_flat]
+
+
+def diagnose(run: RunDir) -> list[Finding]:
+    return [finding for check in CHECKS for finding in check(run)]
+
+
+def write_doctor(run: RunDir, findings: list[Finding], path: Path | None = None) -> Path:
+    path = path or run.path / "doctor.md"
+    lines = [f"# Doctor: {run.name}", ""]
+    if run.summary.get("aborted"):
+        lines += [f"> Partial run: {run.summary['aborted']}", ""]
+    lines += [f.markdown() for f in findings] or ["No findings: nothing in this run matches the checklist."]
+    lines += ["", "Checks: " + ", ".join(c.__name__.removeprefix("check_") for c in CHECKS)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
