@@ -33,8 +33,46 @@ def classify_error(exc: BaseException) -> str:
     return "client"
 
 
+class _GrpcStream:
+    """One long-lived bidirectional stream that carries one request at a time (like a perf_analyzer
+    context): opening a stream per request costs client CPU that would show up as TTFT under load."""
+
+    def __init__(self, client):
+        self.requests: asyncio.Queue = asyncio.Queue()
+        self.responses: asyncio.Queue = asyncio.Queue()
+
+        async def outgoing():
+            while True:
+                item = await self.requests.get()
+                if item is None:
+                    return
+                yield item
+
+        async def pump():
+            try:
+                async for result, error in client.stream_infer(outgoing()):
+                    self.responses.put_nowait((time.perf_counter(), result, error))
+            except Exception as exc:  # noqa: BLE001 — the stream broke: the request in flight gets the error
+                self.responses.put_nowait((time.perf_counter(), None, exc))
+            self.responses.put_nowait((time.perf_counter(), None, ConnectionError("gRPC stream closed")))
+
+        self.task = asyncio.get_running_loop().create_task(pump())
+
+    @property
+    def alive(self) -> bool:
+        return not self.task.done()
+
+    async def close(self) -> None:
+        self.requests.put_nowait(None)
+        try:
+            await asyncio.wait_for(self.task, 2)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+            self.task.cancel()
+
+
 class TritonGrpcClient:
-    """Triton gRPC bidirectional streaming (what genai-perf's triton service kind uses)."""
+    """Triton gRPC bidirectional streaming (what genai-perf's triton service kind uses), over a pool of
+    long-lived streams, one request in flight on each."""
 
     name = "triton-grpc"
 
@@ -44,6 +82,8 @@ class TritonGrpcClient:
         self._grpc = grpc_aio
         self.client = grpc_aio.InferenceServerClient(url)
         self.model = model
+        self._idle: list[_GrpcStream] = []
+        self._all: list[_GrpcStream] = []
 
     def _inputs(self, text: str, max_tokens: int) -> list:
         values = {
@@ -59,35 +99,54 @@ class TritonGrpcClient:
             inputs.append(tensor)
         return inputs
 
+    def _acquire(self) -> _GrpcStream:
+        while self._idle:
+            stream = self._idle.pop()
+            if stream.alive:
+                return stream
+        stream = _GrpcStream(self.client)
+        self._all.append(stream)
+        return stream
+
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         request = {"model_name": self.model, "inputs": self._inputs(text, max_tokens),
                    "enable_empty_final_response": True, "request_id": str(record.request_index)}
-
-        async def one_request():
-            yield request
-
+        stream = self._acquire()
         pieces = []
-        record.send_time = time.perf_counter()
-        async for result, error in self.client.stream_infer(one_request()):
-            now = time.perf_counter()
-            if error is not None:
-                record.error, record.error_kind = str(error).splitlines()[0], "server_error"
-                break
-            response = result.get_response()
-            out = result.as_numpy("text_output")
-            if out is not None and out.size:
-                record.chunk_times.append(now)
-                pieces.append(b"".join(v if isinstance(v, bytes) else str(v).encode() for v in out.reshape(-1)).decode("utf-8", "replace"))
-                count = result.as_numpy("output_token_count")
-                if count is not None:
-                    record.server_output_tokens = (record.server_output_tokens or 0) + int(count.sum())
-            final = response.parameters.get("triton_final_response")
-            if final is not None and final.bool_param:
-                record.end_time = now
-                break
-        record.output_text = "".join(pieces)
+        finished = False
+        try:
+            record.send_time = time.perf_counter()
+            stream.requests.put_nowait(request)
+            while True:
+                now, result, error = await stream.responses.get()
+                if error is not None:
+                    record.error = (str(error).splitlines() or [repr(error)])[0]
+                    record.error_kind = classify_error(error) if isinstance(error, ConnectionError) else "server_error"
+                    break
+                response = result.get_response()
+                out = result.as_numpy("text_output")
+                if out is not None and out.size:
+                    record.chunk_times.append(now)
+                    pieces.append(b"".join(v if isinstance(v, bytes) else str(v).encode()
+                                           for v in out.reshape(-1)).decode("utf-8", "replace"))
+                    count = result.as_numpy("output_token_count")
+                    if count is not None:
+                        record.server_output_tokens = (record.server_output_tokens or 0) + int(count.sum())
+                final = response.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    record.end_time = now
+                    finished = True
+                    break
+        finally:
+            record.output_text = "".join(pieces)
+            if finished and stream.alive:
+                self._idle.append(stream)  # reuse only a stream whose request ended cleanly
+            else:
+                await stream.close()
 
     async def close(self) -> None:
+        for stream in self._all:
+            await stream.close()
         await self.client.close()
 
 

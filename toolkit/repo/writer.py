@@ -24,6 +24,7 @@ _PYTHON_FILES = {
     "postprocessing": {"postprocessing.py": "model.py"},
     "tensorrt_llm": {"cpu_engine.py": "model.py", "quantized_checkpoint.py": "quantized_checkpoint.py"},
     "tensorrt_llm_bls": {"bls.py": "model.py"},
+    "synthetic": {"synthetic.py": "model.py"},
 }
 
 
@@ -149,3 +150,17 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def write_synthetic_repository(repo_dir: Path, ttft_ms: float, itl_ms: float, max_batch_size: int = 256) -> Path:
+    """A repository with one `synthetic` model streaming at a fixed TTFT and ITL (client calibration)."""
+    if repo_dir.exists():
+        shutil.rmtree(repo_dir)
+    inputs, outputs = MODEL_TENSORS["ensemble"]
+    _write(repo_dir / "synthetic" / "config.pbtxt",
+           model_config("synthetic", "python", max_batch_size, inputs, outputs,
+                        {"ttft_ms": ttft_ms, "itl_ms": itl_ms}, decoupled=True))
+    _copy_python_model(repo_dir, "synthetic")
+    write_manifest(repo_dir, "repo", {"synthetic": {"ttft_ms": ttft_ms, "itl_ms": itl_ms}},
+                   {"models": ["synthetic"]}, 0.0)
+    return repo_dir

@@ -149,9 +149,8 @@ def start_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state
     from toolkit.repo.checks import check_repository_or_raise
 
     repo_dir = repo_dir.resolve()
-    if not (repo_dir / "ensemble" / "config.pbtxt").is_file():
-        raise ToolkitError(f"{repo_dir} is not a model repository (no ensemble/config.pbtxt)",
-                           "run `toolkit repo` first")
+    if not any(repo_dir.glob("*/config.pbtxt")):
+        raise ToolkitError(f"{repo_dir} is not a model repository (no */config.pbtxt)", "run `toolkit repo` first")
     check_repository_or_raise(repo_dir)
     if state_file.is_file():
         old = ServerHandle.load(state_file)
