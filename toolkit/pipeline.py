@@ -110,7 +110,13 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
     except ToolkitError:
         pass
     progress(f"sweep → {run_dir}")
-    run_sweep(config.sweep, target, tokenizer, run_dir, info, progress=progress)
+    try:
+        run_sweep(config.sweep, target, tokenizer, run_dir, info, progress=progress)
+    except (ToolkitError, KeyboardInterrupt):
+        # A dying server or Ctrl-C still leaves a (partial) report of what was measured.
+        report(run_dir)
+        progress(f"partial report: {run_dir / 'report.md'}")
+        raise
     return run_dir
 
 

@@ -33,6 +33,22 @@ def classify_error(exc: BaseException) -> str:
     return "client"
 
 
+def describe_grpc_error(error: BaseException) -> tuple[str, str]:
+    """(one-line message, kind) for what a gRPC stream yields or raises."""
+    from tritonclient.utils import InferenceServerException
+
+    code = getattr(error, "code", None)
+    if callable(code) and hasattr(error, "details"):  # grpc.aio.AioRpcError: the stream itself failed
+        name = getattr(code(), "name", str(code()))
+        kind = "timeout" if name == "DEADLINE_EXCEEDED" else "connection"
+        return f"gRPC {name}: {error.details()}", kind
+    if isinstance(error, InferenceServerException):  # the server answered this request with an error
+        status = (error.status() or "").upper()
+        kind = "connection" if "UNAVAILABLE" in status else "server_error"
+        return (error.message() or str(error)).splitlines()[0], kind
+    return (str(error).splitlines() or [repr(error)])[0], classify_error(error)
+
+
 class _GrpcStream:
     """One long-lived bidirectional stream that carries one request at a time (like a perf_analyzer
     context): opening a stream per request costs client CPU that would show up as TTFT under load."""
@@ -120,8 +136,7 @@ class TritonGrpcClient:
             while True:
                 now, result, error = await stream.responses.get()
                 if error is not None:
-                    record.error = (str(error).splitlines() or [repr(error)])[0]
-                    record.error_kind = classify_error(error) if isinstance(error, ConnectionError) else "server_error"
+                    record.error, record.error_kind = describe_grpc_error(error)
                     break
                 response = result.get_response()
                 out = result.as_numpy("text_output")
