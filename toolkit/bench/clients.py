@@ -165,6 +165,21 @@ class TritonGrpcClient:
         await self.client.close()
 
 
+async def post_sse(session, url: str, body: dict, record: RequestRecord):
+    """POST and yield (arrival time, data) for each server-sent event; stamps send_time; a non-200
+    answer becomes the record's server_error."""
+    record.send_time = time.perf_counter()
+    async with session.post(url, json=body) as response:
+        if response.status != 200:
+            detail = (await response.text())[:200]
+            record.error, record.error_kind = f"HTTP {response.status}: {detail}", "server_error"
+            return
+        async for raw in response.content:
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith("data:"):
+                yield time.perf_counter(), line[5:].strip()
+
+
 class TritonHttpClient:
     """Triton's HTTP generate extension: POST /v2/models/<m>/generate_stream, server-sent events."""
 
@@ -179,29 +194,20 @@ class TritonHttpClient:
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         body = {"text_input": text, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
         pieces = []
-        record.send_time = time.perf_counter()
-        async with self.session.post(self.url, json=body) as response:
-            if response.status != 200:
-                detail = (await response.text())[:200]
-                record.error, record.error_kind = f"HTTP {response.status}: {detail}", "server_error"
+        async for now, data in post_sse(self.session, self.url, body, record):
+            event = json.loads(data)
+            if "error" in event:
+                record.error, record.error_kind = str(event["error"]), "server_error"
                 return
-            async for raw in response.content:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                now = time.perf_counter()
-                event = json.loads(line[5:])
-                if "error" in event:
-                    record.error, record.error_kind = str(event["error"]), "server_error"
-                    return
-                if "text_output" in event:
-                    record.chunk_times.append(now)
-                    pieces.append(event["text_output"])
-                    if "output_token_count" in event:
-                        count = event["output_token_count"]
-                        count = sum(count) if isinstance(count, list) else int(count)
-                        record.server_output_tokens = (record.server_output_tokens or 0) + count
-        record.end_time = time.perf_counter()
+            if "text_output" in event:
+                record.chunk_times.append(now)
+                pieces.append(event["text_output"])
+                if "output_token_count" in event:
+                    count = event["output_token_count"]
+                    count = sum(count) if isinstance(count, list) else int(count)
+                    record.server_output_tokens = (record.server_output_tokens or 0) + count
+        if record.error is None:
+            record.end_time = time.perf_counter()
         record.output_text = "".join(pieces)
 
     async def close(self) -> None:
@@ -233,33 +239,22 @@ class OpenAICompletionsClient:
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         pieces = []
-        record.send_time = time.perf_counter()
-        async with self.session.post(self.url, json=self.body(text, max_tokens)) as response:
-            if response.status != 200:
-                detail = (await response.text())[:200]
-                record.error, record.error_kind = f"HTTP {response.status}: {detail}", "server_error"
+        async for now, data in post_sse(self.session, self.url, self.body(text, max_tokens), record):
+            if data == "[DONE]":
+                record.end_time = now
+                break
+            event = json.loads(data)
+            if "error" in event:
+                record.error, record.error_kind = str(event["error"].get("message", event["error"])), "server_error"
                 return
-            async for raw in response.content:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                now = time.perf_counter()
-                if data == "[DONE]":
-                    record.end_time = now
-                    break
-                event = json.loads(data)
-                if "error" in event:
-                    record.error, record.error_kind = str(event["error"].get("message", event["error"])), "server_error"
-                    return
-                for choice in event.get("choices") or []:
-                    piece = self.piece(choice)
-                    if piece:  # role-only and finish chunks carry no output
-                        record.chunk_times.append(now)
-                        pieces.append(piece)
-                usage = event.get("usage")
-                if usage and usage.get("completion_tokens") is not None:
-                    record.server_output_tokens = int(usage["completion_tokens"])
+            for choice in event.get("choices") or []:
+                piece = self.piece(choice)
+                if piece:  # role-only and finish chunks carry no output
+                    record.chunk_times.append(now)
+                    pieces.append(piece)
+            usage = event.get("usage")
+            if usage and usage.get("completion_tokens") is not None:
+                record.server_output_tokens = int(usage["completion_tokens"])
         if record.end_time is None and record.error is None:
             record.end_time = time.perf_counter()
         record.output_text = "".join(pieces)
