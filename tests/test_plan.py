@@ -116,3 +116,31 @@ def test_plan_outputs(tmp_path):
     assert json.loads(paths["plan"].read_text())["memory"]["fits"] is True
     assert paths["roofline"].read_bytes()[:4] == b"\x89PNG"
     assert "KV capacity" in render_table(plan)
+
+
+def test_cpu_probe_is_measured_once_and_cached(tmp_path, monkeypatch):
+    from toolkit.plan import cpu_probe
+
+    monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu_probe.json")
+    first = cpu_probe.cpu_spec()
+    assert first.name == "cpu" and first.bandwidth_tbs > 0 and first.bf16_tflops > 0 and first.memory_gb > 1
+    assert (tmp_path / "cpu_probe.json").is_file()
+    measured = json.loads((tmp_path / "cpu_probe.json").read_text())["measured"]
+    assert cpu_probe.cpu_spec().source == first.source and measured in first.source  # read back, not re-measured
+
+
+def test_plan_cli_table_and_errors(tmp_path):
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "toolkit", "plan", "-m", "llama-2-13b", "-g", "rtx-4090",
+                         "--weights", "fp16", "--kv-dtype", "fp16", "--out", str(tmp_path)],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "smallest TP that fits: 2" in ok.stdout
+    assert (tmp_path / "plan.json").is_file() and (tmp_path / "roofline.png").is_file()
+    bad = subprocess.run([sys.executable, "-m", "toolkit", "plan", "-m", "llama-2-7b", "-g", "h100", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: unknown GPU 'h100'") and "h100-sxm" in bad.stderr
+    listing = subprocess.run([sys.executable, "-m", "toolkit", "plan", "--list-gpus"], capture_output=True, text=True,
+                             timeout=120)
+    assert "h200" in listing.stdout and "datasheet" in listing.stdout
