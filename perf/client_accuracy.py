@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,16,64,128,256")
     parser.add_argument("--requests-per-stream", type=int, default=2)
     parser.add_argument("--endpoint", default="triton-grpc", choices=["triton-grpc", "triton-http"])
+    parser.add_argument("--server-instances", type=int, default=1,
+                        help="python-backend instances of the synthetic model (parallel execute calls)")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
@@ -37,7 +39,8 @@ def main() -> None:
     tokenizer_dir = Path("build/models/tiny")
     if not (tokenizer_dir / "tokenizer.json").is_file():
         create_offline_model("tiny", tokenizer_dir)
-    repo = write_synthetic_repository(work / "repo", args.ttft_ms, args.itl_ms, max_batch_size=max(levels))
+    repo = write_synthetic_repository(work / "repo", args.ttft_ms, args.itl_ms, max_batch_size=max(levels),
+                                      instances=args.server_instances)
     config = validate_config({"name": "synthetic", "sweep": {
         "endpoint": args.endpoint, "model": "synthetic", "concurrencies": [1], "warmup_requests": 4,
         "input_tokens_mean": 16, "output_tokens": args.output_tokens, "request_timeout_s": 300}})
@@ -58,7 +61,7 @@ def main() -> None:
                          events / step["duration_s"], step["error_count"]))
 
     print(f"configured: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.output_tokens} tokens, "
-          f"endpoint {args.endpoint}")
+          f"endpoint {args.endpoint}, {args.server_instances} server instance(s)")
     print(f"{'streams':>8} {'TTFT p50 ms':>12} {'err %':>7} {'ITL p50 ms':>11} {'err %':>7} {'events/s':>9} {'errors':>6}")
     for level, ttft, itl, rate, errors in rows:
         print(f"{level:>8} {ttft:>12.2f} {100 * (ttft / args.ttft_ms - 1):>+7.2f} {itl:>11.2f} "

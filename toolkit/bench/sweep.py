@@ -102,10 +102,16 @@ async def run_step(client, factory: PromptFactory, settings: SweepSection, shape
     progress = _Progress(step, shape.max_requests)
     index = first_index
 
+    # Prompts are made before the load starts: tokenizing while requests are in flight would delay the
+    # event loop that timestamps their responses. A duration-bounded step cycles through a pool.
+    count = shape.max_requests or max(64, 4 * int(shape.level))
+    prompts = [factory.sample(isl, settings.input_tokens_stddev, osl, settings.output_tokens_stddev)
+               for _ in range(count)]
+
     def next_request() -> tuple[int, Prompt]:
         nonlocal index
         index += 1
-        return index - 1, factory.sample(isl, settings.input_tokens_stddev, osl, settings.output_tokens_stddev)
+        return index - 1, prompts[(index - 1 - first_index) % len(prompts)]
 
     async def send(item) -> bool:
         number, prompt = item

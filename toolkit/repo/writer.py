@@ -152,14 +152,15 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def write_synthetic_repository(repo_dir: Path, ttft_ms: float, itl_ms: float, max_batch_size: int = 256) -> Path:
+def write_synthetic_repository(repo_dir: Path, ttft_ms: float, itl_ms: float, max_batch_size: int = 256,
+                               instances: int = 1) -> Path:
     """A repository with one `synthetic` model streaming at a fixed TTFT and ITL (client calibration)."""
     if repo_dir.exists():
         shutil.rmtree(repo_dir)
     inputs, outputs = MODEL_TENSORS["ensemble"]
     _write(repo_dir / "synthetic" / "config.pbtxt",
            model_config("synthetic", "python", max_batch_size, inputs, outputs,
-                        {"ttft_ms": ttft_ms, "itl_ms": itl_ms}, decoupled=True))
+                        {"ttft_ms": ttft_ms, "itl_ms": itl_ms}, decoupled=True, instance_count=instances))
     _copy_python_model(repo_dir, "synthetic")
     write_manifest(repo_dir, "repo", {"synthetic": {"ttft_ms": ttft_ms, "itl_ms": itl_ms}},
                    {"models": ["synthetic"]}, 0.0)
