@@ -94,3 +94,11 @@ def test_a_healthy_run_has_no_warnings_and_doctor_md_says_so(tmp_path):
     run = make_run(tmp_path, {1: [record(i, "c1", 0.5, [0.01] * 10) for i in range(5)]})
     assert diagnose(run) == []
     assert "No findings" in write_doctor(run, []).read_text()
+
+
+def test_itl_grows_with_load(tmp_path):
+    run = make_run(tmp_path, {1: [record(i, "c1", 0.05, [0.02] * 10) for i in range(5)],
+                              4: [record(i, "c4", 0.06, [0.05] * 10) for i in range(5, 10)]})
+    found = {f.check: f for f in diagnose(run)}
+    assert "itl_grows_with_load" in found and "×2.5" in found["itl_grows_with_load"].evidence
+    assert "ttft_grows_itl_flat" not in found

@@ -312,7 +312,15 @@ def demo_cmd(config_path, sets):
     finally:
         pipeline.stop(layout)
     report = pipeline.report(run_dir)
-    echo(f"[7/7] report       {report}")
+    from toolkit.report.doctor import diagnose, write_doctor
+    from toolkit.report.rundir import RunDir
+
+    run = RunDir.open(run_dir)
+    findings = diagnose(run)
+    doctor = write_doctor(run, findings)
+    for finding in findings:
+        echo(f"      doctor: {finding.summary} — {finding.evidence}")
+    echo(f"[7/7] report       {report} (HTML: {report.with_suffix('.html')}; checklist: {doctor})")
 
 
 def main() -> None:

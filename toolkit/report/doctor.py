@@ -124,6 +124,27 @@ def check_ttft_grows_itl_flat(run: RunDir) -> list[Finding]:
     return findings
 
 
+ITL_GROWTH = 1.5
+
+
+def check_itl_grows_with_load(run: RunDir) -> list[Finding]:
+    """Decode that is truly bandwidth-bound costs about the same per step at batch 1 and batch N."""
+    steps = sorted((s for s in run.steps if _m(s, "inter_token_latency")), key=_level)
+    if len(steps) < 2:
+        return []
+    low, high = steps[0], steps[-1]
+    growth = _m(high, "inter_token_latency") / _m(low, "inter_token_latency")
+    if growth < ITL_GROWTH:
+        return []
+    return [Finding("itl_grows_with_load", "warn", "ITL grows with load: batching is not free here",
+                    f"ITL p50 {_m(low, 'inter_token_latency'):.1f} ms at {low['step']} → "
+                    f"{_m(high, 'inter_token_latency'):.1f} ms at {high['step']} (×{growth:.1f})",
+                    "a bandwidth-bound decode step costs about the same for 1 or N sequences; growth means the "
+                    "step is compute-bound or contended (CPU threads, host-side per-token work, prefill mixed "
+                    "into decode steps): compare with `toolkit plan` decode-by-batch, enable chunked prefill, "
+                    "and check host CPU use")]
+
+
 def _correlation(xs: list[float], ys: list[float]) -> float | None:
     if len(xs) < 5 or statistics.pstdev(xs) == 0 or statistics.pstdev(ys) == 0:
         return None
@@ -177,7 +198,7 @@ def check_memory_flat(run: RunDir) -> list[Finding]:
 
 
 CHECKS = [check_decode_dominates, check_queueing, check_kv_cache, check_ttft_grows_itl_flat,
-          check_itl_grows_with_context, check_memory_flat]
+          check_itl_grows_with_load, check_itl_grows_with_context, check_memory_flat]
 
 
 def diagnose(run: RunDir) -> list[Finding]:
