@@ -1,5 +1,6 @@
 """Bad input through the real CLI: one line naming the problem and the fix, non-zero exit, no traceback."""
 
+import json
 import os
 import socket
 import subprocess
@@ -90,3 +91,37 @@ def test_model_that_fails_to_load_shows_the_log_line(tmp_path, tiny_model_dir):
     message = str(err.value)
     assert "tokenizer exploded" in message and "postprocessing" in message and "\n" not in message
     assert not layout.server_state_file.exists()
+
+
+@pytest.mark.e2e
+def test_serve_in_foreground_stops_cleanly_on_ctrl_c(tmp_path, tiny_model_dir):
+    import signal
+    import time
+
+    config_path = tmp_path / "c.yaml"
+    config_path.write_text(
+        f"name: fg\nmodel:\n  source: {tiny_model_dir}\n  name: tiny\n"
+        f"engine:\n  max_batch_size: 2\n  max_input_len: 64\n  max_seq_len: 128\n  kv_cache_blocks: 16\n"
+        f"sweep:\n  input_tokens_mean: 16\n  output_tokens: 8\n"
+        f"paths:\n  build_dir: {tmp_path / 'build'}\n  repo_root: {tmp_path / 'repo'}\n  runs_dir: {tmp_path / 'runs'}\n")
+    for stage in ("quantize", "build", "repo"):
+        assert run_cli(stage, "-c", str(config_path)).returncode == 0
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "serve", "-c", str(config_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "Ctrl-C to stop" in line or not line:
+            break
+    state = tmp_path / "build" / "servers" / "fg.json"
+    assert state.is_file(), "".join(lines)
+    server_pid = json.loads(state.read_text())["pid"]
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "stopped" in out
+    assert not state.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(server_pid, 0)

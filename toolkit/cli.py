@@ -135,6 +135,8 @@ def serve_cmd(config_path, sets, detach, openai):
         return
     click.echo("Ctrl-C to stop")
     waited = {signal.SIGINT, signal.SIGTERM}
+    for sig in waited:  # an inherited SIG_IGN (background jobs) would discard the signal before sigwait
+        signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
         signal.sigwait(waited)
