@@ -159,8 +159,11 @@ def model_spec_for(config: DeploymentConfig, layout: ArtifactLayout, name_or_dir
     if name_or_dir:
         return known_model_spec(name_or_dir) if name_or_dir.lower() in KNOWN_MODELS or not Path(name_or_dir).exists() \
             else load_model_spec(name_or_dir)
-    if config.model.preset and not (layout.model_dir / "config.json").is_file():
-        raise ToolkitError(f"{layout.model_dir} does not exist yet", "run `toolkit init-model` first, or pass --model")
+    if not (layout.model_dir / "config.json").is_file():
+        if config.model.name and config.model.name.lower() in KNOWN_MODELS:  # plan before the checkpoint is here
+            return known_model_spec(config.model.name)
+        if config.model.preset:
+            raise ToolkitError(f"{layout.model_dir} does not exist yet", "run `toolkit init-model` first, or pass --model")
     return load_model_spec(layout.model_dir)
 
 
