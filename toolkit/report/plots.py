@@ -125,16 +125,18 @@ def server_timeline(run: RunDir) -> bytes | None:
     ax.set_xlabel("seconds since the first sample")
     ax.set_ylabel("KV-cache blocks used")
     twin = ax.twinx()
-    queue, previous = [], None
-    for s in samples:
+    # Queue time per request between scrapes in which requests completed (undefined in between).
+    queue_points, previous = [], None
+    for t, s in zip(times, samples):
         q = sum_metric(s["metrics"], "nv_inference_queue_duration_us", model="tensorrt_llm")
         n = sum_metric(s["metrics"], "nv_inference_request_success", model="tensorrt_llm")
         if previous and n > previous[1]:
-            queue.append((q - previous[0]) / (n - previous[1]) / 1e3)
-        else:
-            queue.append(float("nan"))
-        previous = (q, n)
-    twin.plot(times, queue, color="tab:orange", label="queue ms / request")
+            queue_points.append((t, (q - previous[0]) / (n - previous[1]) / 1e3))
+        if previous is None or n > previous[1]:
+            previous = (q, n)
+    if queue_points:
+        twin.plot([p[0] for p in queue_points], [p[1] for p in queue_points], ".", color="tab:orange",
+                  label="queue ms / request")
     twin.set_ylabel("engine queue time per request (ms)")
     ax.set_title(f"Server over time — {run.label}")
     lines = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
