@@ -71,3 +71,17 @@ def test_artifact_layout_is_derived_from_config(tmp_path):
 def test_apply_overrides_refuses_scalar_as_section():
     with pytest.raises(ToolkitError, match="not a section"):
         apply_overrides({"name": "x"}, {"name.sub": "1"})
+
+
+def test_auto_target_is_picked_from_what_is_installed(monkeypatch):
+    import importlib.util
+    import shutil
+
+    from toolkit.config import detect_target
+
+    assert validate_config({"name": "x", "engine": {"target": "auto"}}).engine.target == "cpu"  # no TensorRT-LLM here
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "tensorrt_llm" else None)
+    monkeypatch.setattr(shutil, "which", lambda cmd: None)
+    assert detect_target() == "llmapi"
+    monkeypatch.setattr(shutil, "which", lambda cmd: "/usr/local/bin/trtllm-build")
+    assert detect_target() == "trtllm"

@@ -16,7 +16,19 @@ from toolkit.errors import ToolkitError
 
 QFormat = Literal["none", "fp8", "int4_awq", "int8_sq", "w4a8_awq"]
 KVCacheDType = Literal["none", "fp8", "int8"]
-Target = Literal["cpu", "trtllm", "llmapi"]
+Target = Literal["auto", "cpu", "trtllm", "llmapi"]
+
+
+def detect_target() -> str:
+    """What is installed decides `engine.target: auto`: TensorRT-LLM with its engine builder → trtllm;
+    TensorRT-LLM without it (the engine-free releases) → llmapi; no TensorRT-LLM → the CPU engine.
+    Only looks for the package and the command; imports nothing."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("tensorrt_llm") is None:
+        return "cpu"
+    return "trtllm" if shutil.which("trtllm-build") else "llmapi"
 
 
 class _Section(BaseModel):
@@ -63,7 +75,7 @@ class ParallelSection(_Section):
 
 
 class EngineSection(_Section):
-    target: Target = "cpu"
+    target: Target = "cpu"  # auto: picked from what is installed (detect_target)
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
     max_batch_size: int = Field(8, ge=1)
     max_input_len: int = Field(256, ge=1)
@@ -78,6 +90,12 @@ class EngineSection(_Section):
     batch_scheduler_policy: Literal["max_utilization", "guaranteed_no_evict"] = "guaranteed_no_evict"
     use_cuda_graph: bool = True
     workers: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _resolve_auto(self) -> "EngineSection":
+        if self.target == "auto":
+            self.target = detect_target()
+        return self
 
     @model_validator(mode="after")
     def _lengths_consistent(self) -> "EngineSection":
