@@ -30,4 +30,4 @@ def test_synthetic_model_streams_on_its_schedule(tmp_path, tiny_model_dir):
         assert record.ttft >= 0.060
         assert record.e2e_latency >= 0.060 + 9 * 0.015
     step = run.steps[0]
-    assert step["metrics"]["inter_token_latency"]["p50"] == pytest.approx(15, rel=0.2)
+    assert step["metrics"]["inter_token_latency"]["p50"] == pytest.approx(15, rel=0.35)
