@@ -6,10 +6,9 @@ import json
 import platform
 import sys
 import time
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from toolkit.errors import ToolkitError
 
@@ -53,13 +52,3 @@ def read_manifest(directory: Path, expected_stage: str, produced_by: str) -> dic
         raise ToolkitError(f"{path} is a {manifest.get('stage')} manifest, expected {expected_stage}",
                            f"run `{produced_by}` first")
     return manifest
-
-
-@contextmanager
-def stopwatch() -> Iterator[dict[str, float]]:
-    box: dict[str, float] = {}
-    start = time.perf_counter()
-    try:
-        yield box
-    finally:
-        box["seconds"] = time.perf_counter() - start
