@@ -47,14 +47,15 @@ def sum_metric(sample: dict[str, float], name: str, **labels: str) -> float:
 
 
 class MetricsScraper:
-    """Polls the metrics URL while a step runs, appending each sample to a JSONL file."""
+    """Polls the metrics URL while a step runs, appending each sample to a JSONL file; the current
+    step's samples are also kept in memory (`stop()` returns them) so nobody re-reads the file."""
 
     def __init__(self, url: str, path: Path, interval_s: float = 0.25):
         self.url = url
         self.path = path
         self.interval_s = interval_s
         self._task: asyncio.Task | None = None
-        self.samples = 0
+        self.step_samples: list[dict] = []
 
     async def _scrape(self, session, step: str) -> None:
         import aiohttp
@@ -64,10 +65,10 @@ class MetricsScraper:
                 text = await response.text()
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return  # the server may be gone; the sweep itself reports that
+        sample = {"time": time.perf_counter(), "wall": time.time(), "step": step, "metrics": parse_metrics(text)}
         with self.path.open("a") as out:
-            out.write(json.dumps({"time": time.perf_counter(), "wall": time.time(), "step": step,
-                                  "metrics": parse_metrics(text)}) + "\n")
-        self.samples += 1
+            out.write(json.dumps(sample) + "\n")
+        self.step_samples.append(sample)
 
     async def _loop(self, step: str) -> None:
         while True:
@@ -78,11 +79,12 @@ class MetricsScraper:
         import aiohttp
 
         self._step = step
+        self.step_samples = []
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
         self._task = asyncio.get_running_loop().create_task(self._loop(step))
 
-    async def stop(self) -> None:
-        """Stop polling after one last sample, so every step has its end state."""
+    async def stop(self) -> list[dict]:
+        """Stop polling after one last sample, so every step has its end state; returns the step's samples."""
         if self._task:
             self._task.cancel()
             try:
@@ -92,6 +94,7 @@ class MetricsScraper:
             await self._scrape(self._session, self._step)
             await self._session.close()
             self._task = None
+        return self.step_samples
 
 
 def read_server_metrics(path: Path) -> list[dict]:

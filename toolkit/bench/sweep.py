@@ -21,7 +21,7 @@ from toolkit.bench.load import LoadShape, drive
 from toolkit.bench.metrics import Slo, calculate_metrics, phase_split
 from toolkit.bench.prompts import Prompt, PromptFactory
 from toolkit.bench.records import RecordWriter, RequestRecord
-from toolkit.bench.server_metrics import MetricsScraper, read_server_metrics, summarize_server_metrics
+from toolkit.bench.server_metrics import MetricsScraper, summarize_server_metrics
 from toolkit.config import SweepSection
 from toolkit.errors import ToolkitError
 from toolkit.manifest import package_versions
@@ -199,19 +199,19 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
                 if scraper:
                     scraper.start(step)
                 started = time.perf_counter()
+                samples: list[dict] = []
                 try:
                     records = await run_step(client, factory, settings, shape, isl, osl, step, tokenizer, writer,
                                              False, index)
                 finally:
                     if scraper:
-                        await scraper.stop()
+                        samples = await scraper.stop()
                 index += len(records)
                 result = {"step": step, "mode": settings.mode, settings.mode: level,
                           "input_tokens": isl, "output_tokens": osl, **calculate_metrics(records, slo)}
                 if settings.mode == "concurrency":
                     result["concurrency"] = int(level)
                 result["phases"] = phase_split(result)
-                samples = [s for s in read_server_metrics(metrics_path) if s.get("step") == step]
                 result["server"] = summarize_server_metrics(samples)
                 summary["steps"].append(result)
                 _write_summary(run_dir, summary)
