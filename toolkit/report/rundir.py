@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.bench.records import RequestRecord, read_records
@@ -15,6 +15,8 @@ from toolkit.errors import ToolkitError
 class RunDir:
     path: Path
     summary: dict
+    _records: list[RequestRecord] | None = field(default=None, init=False, repr=False)
+    _server_metrics: list[dict] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def open(cls, path: str | Path) -> "RunDir":
@@ -40,11 +42,16 @@ class RunDir:
         return self.summary.get("steps", [])
 
     def records(self) -> list[RequestRecord]:
-        path = self.path / "records.jsonl"
-        return read_records(path) if path.is_file() else []
+        """Read once per RunDir: reports, A/B and the doctor ask for them many times."""
+        if self._records is None:
+            path = self.path / "records.jsonl"
+            self._records = read_records(path) if path.is_file() else []
+        return self._records
 
     def server_metrics(self) -> list[dict]:
-        return read_server_metrics(self.path / "server_metrics.jsonl")
+        if self._server_metrics is None:
+            self._server_metrics = read_server_metrics(self.path / "server_metrics.jsonl")
+        return self._server_metrics
 
 
 def latest_run(runs_dir: Path) -> Path:
