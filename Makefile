@@ -27,21 +27,11 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not e2e"
 
-# One stage at a time, each taking CONFIG=configs/<name>.yaml
-model: setup
-	$(TOOLKIT) init-model --config $(CONFIG)
-quantize: setup
-	$(TOOLKIT) quantize --config $(CONFIG)
-engine: setup
-	$(TOOLKIT) build --config $(CONFIG)
-repo: setup
-	$(TOOLKIT) repo --config $(CONFIG)
-serve: setup
-	$(TOOLKIT) serve --config $(CONFIG)
-stop: setup
-	$(TOOLKIT) stop --config $(CONFIG)
-sweep: setup
-	$(TOOLKIT) sweep --config $(CONFIG)
+# One stage at a time, each taking CONFIG=configs/<name>.yaml (make target → toolkit command)
+STAGE_model  := init-model
+STAGE_engine := build
+model quantize engine repo serve stop sweep: setup
+	$(TOOLKIT) $(or $(STAGE_$@),$@) --config $(CONFIG)
 report: setup
 	$(TOOLKIT) report
 
