@@ -33,6 +33,35 @@ def classify_error(exc: BaseException) -> str:
     return "client"
 
 
+def ensemble_inputs(text: str, max_tokens: int, ignore_eos: bool = True) -> list:
+    """gRPC inputs for the repository's ensemble / tensorrt_llm_bls tensors, streaming on."""
+    from tritonclient.grpc import InferInput
+
+    values = {
+        "text_input": (np.array([[text]], dtype=object), "BYTES"),
+        "max_tokens": (np.array([[max_tokens]], dtype=np.int32), "INT32"),
+        "stream": (np.array([[True]]), "BOOL"),
+        "ignore_eos": (np.array([[ignore_eos]]), "BOOL"),
+    }
+    inputs = []
+    for name, (array, dtype) in values.items():
+        tensor = InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def read_ensemble_response(result) -> tuple[str | None, int | None, bool]:
+    """(text in this response or None, tokens the engine reports for it or None, is it the final one)."""
+    out = result.as_numpy("text_output")
+    text = None
+    if out is not None and out.size:
+        text = b"".join(v if isinstance(v, bytes) else str(v).encode() for v in out.reshape(-1)).decode("utf-8", "replace")
+    count = result.as_numpy("output_token_count")
+    final = result.get_response().parameters.get("triton_final_response")
+    return text, int(count.sum()) if count is not None else None, bool(final is not None and final.bool_param)
+
+
 def describe_grpc_error(error: BaseException) -> tuple[str, str]:
     """(one-line message, kind) for what a gRPC stream yields or raises."""
     from tritonclient.utils import InferenceServerException
@@ -95,25 +124,10 @@ class TritonGrpcClient:
     def __init__(self, url: str, model: str = "ensemble"):
         import tritonclient.grpc.aio as grpc_aio
 
-        self._grpc = grpc_aio
         self.client = grpc_aio.InferenceServerClient(url)
         self.model = model
         self._idle: list[_GrpcStream] = []
         self._all: list[_GrpcStream] = []
-
-    def _inputs(self, text: str, max_tokens: int) -> list:
-        values = {
-            "text_input": (np.array([[text]], dtype=object), "BYTES"),
-            "max_tokens": (np.array([[max_tokens]], dtype=np.int32), "INT32"),
-            "stream": (np.array([[True]]), "BOOL"),
-            "ignore_eos": (np.array([[True]]), "BOOL"),
-        }
-        inputs = []
-        for name, (array, dtype) in values.items():
-            tensor = self._grpc.InferInput(name, list(array.shape), dtype)
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        return inputs
 
     def _acquire(self) -> _GrpcStream:
         while self._idle:
@@ -125,7 +139,7 @@ class TritonGrpcClient:
         return stream
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
-        request = {"model_name": self.model, "inputs": self._inputs(text, max_tokens),
+        request = {"model_name": self.model, "inputs": ensemble_inputs(text, max_tokens),
                    "enable_empty_final_response": True, "request_id": str(record.request_index)}
         stream = self._acquire()
         pieces = []
@@ -138,17 +152,13 @@ class TritonGrpcClient:
                 if error is not None:
                     record.error, record.error_kind = describe_grpc_error(error)
                     break
-                response = result.get_response()
-                out = result.as_numpy("text_output")
-                if out is not None and out.size:
+                text, count, final = read_ensemble_response(result)
+                if text is not None:
                     record.chunk_times.append(now)
-                    pieces.append(b"".join(v if isinstance(v, bytes) else str(v).encode()
-                                           for v in out.reshape(-1)).decode("utf-8", "replace"))
-                    count = result.as_numpy("output_token_count")
+                    pieces.append(text)
                     if count is not None:
-                        record.server_output_tokens = (record.server_output_tokens or 0) + int(count.sum())
-                final = response.parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
+                        record.server_output_tokens = (record.server_output_tokens or 0) + count
+                if final:
                     record.end_time = now
                     finished = True
                     break

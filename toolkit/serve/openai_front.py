@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 
-import numpy as np
+from toolkit.bench.clients import ensemble_inputs, read_ensemble_response
 
 
 def chat_prompt(messages: list[dict], tokenizer) -> str:
@@ -37,14 +37,7 @@ class TritonBackend:
         """Yields (text delta, tokens in this response)."""
         if self.client is None:
             self.client = self.grpc.InferenceServerClient(self.url)
-        values = {"text_input": (np.array([[text]], dtype=object), "BYTES"),
-                  "max_tokens": (np.array([[max_tokens]], dtype=np.int32), "INT32"),
-                  "stream": (np.array([[True]]), "BOOL"), "ignore_eos": (np.array([[ignore_eos]]), "BOOL")}
-        inputs = []
-        for name, (array, dtype) in values.items():
-            tensor = self.grpc.InferInput(name, list(array.shape), dtype)
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
+        inputs = ensemble_inputs(text, max_tokens, ignore_eos)
 
         async def one():
             yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}
@@ -52,14 +45,10 @@ class TritonBackend:
         async for result, error in self.client.stream_infer(one()):
             if error is not None:
                 raise RuntimeError(str(error))
-            out = result.as_numpy("text_output")
-            if out is not None:
-                count = result.as_numpy("output_token_count")
-                piece = out.reshape(-1)[0]
-                yield (piece.decode("utf-8", "replace") if isinstance(piece, bytes) else str(piece),
-                       int(count.sum()) if count is not None else 1)
-            final = result.get_response().parameters.get("triton_final_response")
-            if final is not None and final.bool_param:
+            piece, count, final = read_ensemble_response(result)
+            if piece is not None:
+                yield piece, count if count is not None else 1
+            if final:
                 return
 
 
