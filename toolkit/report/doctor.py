@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.bench.server_metrics import sum_metric
-from toolkit.report.rundir import RunDir
+from toolkit.report.rundir import RunDir, step_level
 
 DECODE_DOMINANT_SHARE = 0.8
 QUEUE_DOMINANT_SHARE = 0.5
@@ -39,16 +39,12 @@ def _m(step: dict, tag: str, stat: str = "p50") -> float | None:
     return step["metrics"].get(tag, {}).get(stat)
 
 
-def _level(step: dict) -> float:
-    return step.get("concurrency") or step.get("rate") or 0
-
-
 def check_decode_dominates(run: RunDir) -> list[Finding]:
     steps = [s for s in run.steps if s.get("phases")]
     if not steps:
         return []
     shares = [s["phases"]["decode_share"] for s in steps]
-    unloaded = min(steps, key=_level)  # the phase split without queueing effects
+    unloaded = min(steps, key=step_level)  # the phase split without queueing effects
     if unloaded["phases"]["decode_share"] < DECODE_DOMINANT_SHARE:
         return []
     worst = unloaded
@@ -73,7 +69,7 @@ def check_queueing(run: RunDir) -> list[Finding]:
                                     f"Triton queue {queue:.1f} ms of {ttft:.1f} ms mean TTFT ({100 * queue / ttft:.0f} %)",
                                     "more model instances or a larger max_batch_size / max_num_tokens; in rate "
                                     "mode, the arrival rate exceeds what the server finishes: scale out"))
-    steps = sorted((s for s in run.steps if _m(s, "time_to_first_token")), key=_level)
+    steps = sorted((s for s in run.steps if _m(s, "time_to_first_token")), key=step_level)
     if len(steps) >= 2 and not findings:
         low, high = steps[0], steps[-1]
         growth = _m(high, "time_to_first_token") / _m(low, "time_to_first_token")
@@ -102,7 +98,7 @@ def check_kv_cache(run: RunDir) -> list[Finding]:
 
 
 def check_ttft_grows_itl_flat(run: RunDir) -> list[Finding]:
-    steps = sorted((s for s in run.steps if _m(s, "time_to_first_token") and _m(s, "inter_token_latency")), key=_level)
+    steps = sorted((s for s in run.steps if _m(s, "time_to_first_token") and _m(s, "inter_token_latency")), key=step_level)
     findings = []
     if len(steps) >= 2:
         low, high = steps[0], steps[-1]
@@ -129,7 +125,7 @@ ITL_GROWTH = 1.5
 
 def check_itl_grows_with_load(run: RunDir) -> list[Finding]:
     """Decode that is truly bandwidth-bound costs about the same per step at batch 1 and batch N."""
-    steps = sorted((s for s in run.steps if _m(s, "inter_token_latency")), key=_level)
+    steps = sorted((s for s in run.steps if _m(s, "inter_token_latency")), key=step_level)
     if len(steps) < 2:
         return []
     low, high = steps[0], steps[-1]

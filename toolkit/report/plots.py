@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from toolkit.report.rundir import RunDir
+from toolkit.report.rundir import RunDir, step_level
 
 
 def _figure(width=7.0, height=4.0):
@@ -25,10 +25,6 @@ def _png(plt, fig) -> bytes:
     return buffer.getvalue()
 
 
-def level_of(step: dict) -> float:
-    return step.get("concurrency") or step.get("rate") or 0
-
-
 def level_label(runs: list[RunDir]) -> str:
     modes = {s.get("mode", "concurrency") for r in runs for s in r.steps}
     return "concurrency" if modes == {"concurrency"} else "request rate (req/s)" if modes == {"rate"} else "load level"
@@ -38,7 +34,7 @@ def latency_vs_load(runs: list[RunDir], tag: str, title: str) -> bytes:
     plt, fig, ax = _figure()
     for run in runs:
         steps = [s for s in run.steps if tag in s["metrics"]]
-        x = [level_of(s) for s in steps]
+        x = [step_level(s) for s in steps]
         for pct, style in (("p50", "-o"), ("p99", "--x")):
             ax.plot(x, [s["metrics"][tag][pct] for s in steps], style, label=f"{run.label} {pct}")
     ax.set_xlabel(level_label(runs))
@@ -67,7 +63,7 @@ def throughput_vs_latency(runs: list[RunDir]) -> bytes:
         everything += pts
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", label=run.label)
         for s, (x, y) in zip([s for s in run.steps if "request_latency" in s["metrics"]], pts):
-            ax.annotate(f"{level_of(s):g}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(f"{step_level(s):g}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     front = pareto_front(everything)
     if front:
         ax.plot([p[0] for p in front], [p[1] for p in front], "k--", linewidth=1, label="Pareto frontier")

@@ -54,6 +54,11 @@ class RunDir:
         return self._server_metrics
 
 
+def step_level(step: dict) -> float:
+    """A step's load level: its concurrency, or its request rate in rate mode."""
+    return step.get("concurrency") or step.get("rate") or 0
+
+
 def latest_run(runs_dir: Path) -> Path:
     runs = sorted(p for p in Path(runs_dir).glob("*/summary.json"))
     if not runs:
