@@ -177,8 +177,6 @@ def main() -> None:
         emit({"format": "bf16", "what": "weight_stream_s_cuda_graph", "batch": batch,
               "measured": time_weight_stream(model, batch), "plan_floor": weights_floor})
 
-    from toolkit.plan.memory import QFORMAT_TO_WEIGHTS
-
     for qformat in filter(None, args.formats.split(",")):
         del model
         torch.cuda.empty_cache()

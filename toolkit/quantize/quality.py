@@ -30,7 +30,6 @@ def next_token_logits(model, batches) -> list:
 
 def compare_logits(reference: list, candidate: list, batches) -> QualityReport:
     """Perplexity of both models on the batches' own next tokens, and mean KL(reference ‖ candidate)."""
-    import torch
     import torch.nn.functional as F
 
     nll_ref = nll_cand = kl_sum = 0.0

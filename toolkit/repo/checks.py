@@ -143,12 +143,11 @@ class RepoChecker:
                 self.add("error", path, _line(node, "max_batch_size"),
                          f"max_batch_size {repo_batch} exceeds the engine's {limits['max_batch_size']}",
                          f"lower it to ≤ {limits['max_batch_size']} or rebuild the engine with a larger max_batch_size")
-            for param in ("max_attention_window_size", "max_tokens_in_paged_kv_cache"):
-                value = params.get(param, ("", 0))[0]
-                if param == "max_attention_window_size" and value.isdigit() and int(value) > limits["max_seq_len"]:
-                    self.add("error", path, params[param][1],
-                             f"{param} {value} exceeds the engine's max_seq_len {limits['max_seq_len']}",
-                             f"lower it or rebuild with a larger max_seq_len")
+            window, window_line = params.get("max_attention_window_size", ("", 0))
+            if window.isdigit() and int(window) > limits["max_seq_len"]:
+                self.add("error", path, window_line,
+                         f"max_attention_window_size {window} exceeds the engine's max_seq_len {limits['max_seq_len']}",
+                         "lower it or rebuild with a larger max_seq_len")
             if self.world_size is not None and limits.get("world_size", 1) != self.world_size:
                 self.add("error", path, line,
                          f"the engine was built for world size {limits['world_size']} (TP × PP) but the server "

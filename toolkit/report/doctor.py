@@ -47,11 +47,10 @@ def check_decode_dominates(run: RunDir) -> list[Finding]:
     unloaded = min(steps, key=step_level)  # the phase split without queueing effects
     if unloaded["phases"]["decode_share"] < DECODE_DOMINANT_SHARE:
         return []
-    worst = unloaded
     return [Finding("decode_dominates", "info", "Decode dominates end-to-end latency",
                     f"decode is {100 * min(shares):.0f}–{100 * max(shares):.0f} % of mean request latency "
-                    f"(e.g. {worst['step']}: prefill {worst['phases']['prefill_ms']:.1f} ms, decode "
-                    f"{worst['phases']['decode_ms']:.1f} ms)",
+                    f"(e.g. {unloaded['step']}: prefill {unloaded['phases']['prefill_ms']:.1f} ms, decode "
+                    f"{unloaded['phases']['decode_ms']:.1f} ms)",
                     "cut the bytes each decode step reads: FP8 or INT4-AWQ weights, FP8 KV cache; raise batch "
                     "(concurrency) to share each weight read across more tokens; consider speculative decoding")]
 
@@ -63,7 +62,6 @@ def check_queueing(run: RunDir) -> list[Finding]:
         if not ttft:
             continue
         queue = sum(server.get(m, {}).get("queue_ms_per_request", 0.0) for m in ("ensemble", "tensorrt_llm"))
-        engine_prefill = server.get("prefill_ms_mean")
         if queue / ttft > QUEUE_DOMINANT_SHARE:
             findings.append(Finding("queueing", "warn", f"Queueing dominates TTFT in {step['step']}",
                                     f"Triton queue {queue:.1f} ms of {ttft:.1f} ms mean TTFT ({100 * queue / ttft:.0f} %)",
