@@ -83,6 +83,8 @@ class _Progress:
         self.itl: list[float] = []
 
     def update(self, record: RequestRecord) -> None:
+        if self.bar.disable:  # not a terminal: keep the event loop that timestamps responses free
+            return
         if record.ok:
             self.ttft.append(record.ttft * 1e3)
             if record.inter_token_latency:
