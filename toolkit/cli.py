@@ -127,22 +127,31 @@ def serve_cmd(config_path, sets, detach, openai):
 
     config, layout = _load(config_path, sets, **{"server.openai": openai or None})
     handle = pipeline.serve(config, layout)
+    if detach:
+        _echo_endpoints(handle)
+        return
+    waited = {signal.SIGINT, signal.SIGTERM}
+    try:
+        # Block first, then un-ignore (an inherited SIG_IGN discards signals): a Ctrl-C from here on is
+        # held pending for sigwait instead of killing us before the server is stopped.
+        signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+        for sig in waited:
+            signal.signal(sig, signal.SIG_DFL)
+        _echo_endpoints(handle)
+        click.echo("Ctrl-C to stop")
+        signal.sigwait(waited)
+    except KeyboardInterrupt:  # arrived before the signals were blocked
+        pass
+    finally:
+        pipeline.stop(layout)
+        click.echo("stopped")
+
+
+def _echo_endpoints(handle) -> None:
     click.echo(f"ready (pid {handle.pid})\n  HTTP:    {handle.http_url}\n  gRPC:    {handle.grpc_url}\n"
                f"  metrics: {handle.metrics_url}\n  log:     {handle.log_file}")
     if handle.openai_url:
         click.echo(f"  OpenAI:  {handle.openai_url}/v1")
-    if detach:
-        return
-    click.echo("Ctrl-C to stop")
-    waited = {signal.SIGINT, signal.SIGTERM}
-    for sig in waited:  # an inherited SIG_IGN (background jobs) would discard the signal before sigwait
-        signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_BLOCK, waited)
-    try:
-        signal.sigwait(waited)
-    finally:
-        pipeline.stop(layout)
-        click.echo("stopped")
 
 
 @cli.command("stop")
