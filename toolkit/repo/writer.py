@@ -14,8 +14,10 @@ from pathlib import Path
 
 from toolkit.build.engine_config import EngineConfig
 from toolkit.config import DeploymentConfig
+from toolkit.errors import ToolkitError
 from toolkit.manifest import read_manifest, write_manifest
 from toolkit.repo.models import ENSEMBLE_STEPS, MODEL_TENSORS
+from toolkit.repo.native import build_backend
 from toolkit.repo.pbtxt import ensemble_scheduling, model_config
 
 # python_models/<source> → <model>/1/<file>
@@ -152,16 +154,32 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+SYNTHETIC_BACKENDS = ("native", "python")
+
+
 def write_synthetic_repository(repo_dir: Path, ttft_ms: float, itl_ms: float, max_batch_size: int = 256,
-                               instances: int = 1) -> Path:
-    """A repository with one `synthetic` model streaming at a fixed TTFT and ITL (client calibration)."""
+                               instances: int = 1, backend: str = "native") -> Path:
+    """A repository with one `synthetic` model streaming at a fixed TTFT and ITL (client calibration).
+
+    backend "native": the C++ backend (toolkit/repo/native/synthetic_backend.cc, compiled here), whose
+    request intake keeps up with hundreds of simultaneous streams; "python": the python-backend twin.
+    """
+    if backend not in SYNTHETIC_BACKENDS:
+        raise ToolkitError(f"unknown synthetic backend {backend!r}", f"use one of {', '.join(SYNTHETIC_BACKENDS)}")
     if repo_dir.exists():
         shutil.rmtree(repo_dir)
     inputs, outputs = MODEL_TENSORS["ensemble"]
+    triton_backend = "toolkit_synthetic" if backend == "native" else "python"
     _write(repo_dir / "synthetic" / "config.pbtxt",
-           model_config("synthetic", "python", max_batch_size, inputs, outputs,
+           model_config("synthetic", triton_backend, max_batch_size, inputs, outputs,
                         {"ttft_ms": ttft_ms, "itl_ms": itl_ms}, decoupled=True, instance_count=instances))
-    _copy_python_model(repo_dir, "synthetic")
-    write_manifest(repo_dir, "repo", {"synthetic": {"ttft_ms": ttft_ms, "itl_ms": itl_ms}},
+    if backend == "native":
+        # Triton looks for libtriton_<backend>.so in the model's directory before its backend directory.
+        library = build_backend("toolkit_synthetic", "synthetic_backend.cc")
+        (repo_dir / "synthetic" / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(library, repo_dir / "synthetic" / library.name)
+    else:
+        _copy_python_model(repo_dir, "synthetic")
+    write_manifest(repo_dir, "repo", {"synthetic": {"ttft_ms": ttft_ms, "itl_ms": itl_ms, "backend": backend}},
                    {"models": ["synthetic"]}, 0.0)
     return repo_dir
