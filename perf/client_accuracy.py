@@ -29,9 +29,13 @@ def main() -> None:
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--concurrency", default="1,16,64,128,256")
     parser.add_argument("--requests-per-stream", type=int, default=2)
+    parser.add_argument("--warmup-per-stream", type=int, default=1,
+                        help="warm-up requests per stream at the start of each step (not measured)")
     parser.add_argument("--endpoint", default="triton-grpc", choices=["triton-grpc", "triton-http"])
+    parser.add_argument("--server-backend", default="native", choices=["native", "python"],
+                        help="the synthetic model's backend: C++ (native) or Triton's python backend")
     parser.add_argument("--server-instances", type=int, default=1,
-                        help="python-backend instances of the synthetic model (parallel execute calls)")
+                        help="instances of the synthetic model (parallel execute calls)")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
@@ -40,7 +44,7 @@ def main() -> None:
     if not (tokenizer_dir / "tokenizer.json").is_file():
         create_offline_model("tiny", tokenizer_dir)
     repo = write_synthetic_repository(work / "repo", args.ttft_ms, args.itl_ms, max_batch_size=max(levels),
-                                      instances=args.server_instances)
+                                      instances=args.server_instances, backend=args.server_backend)
     config = validate_config({"name": "synthetic", "sweep": {
         "endpoint": args.endpoint, "model": "synthetic", "concurrencies": [1], "warmup_requests": 4,
         "input_tokens_mean": 16, "output_tokens": args.output_tokens, "request_timeout_s": 300}})
@@ -49,8 +53,11 @@ def main() -> None:
     with running_server(config, repo, work, work / "server.json") as handle:
         target = Target(handle.grpc_url, handle.http_url)
         for level in levels:
+            # one warm-up request per stream: the step is measured in steady state, after the burst of
+            # `level` simultaneous first sends (see perf/README.md for what that burst costs the server)
             settings = config.sweep.model_copy(update={"concurrencies": [level],
-                                                       "requests_per_step": level * args.requests_per_stream})
+                                                       "requests_per_step": level * args.requests_per_stream,
+                                                       "step_warmup_requests": level * args.warmup_per_stream})
             run_dir = work / f"c{level}"
             run_dir.mkdir()
             run_sweep(settings, target, tokenizer, run_dir, {"config_name": "synthetic"}, progress=lambda _: None)
@@ -61,7 +68,7 @@ def main() -> None:
                          events / step["duration_s"], step["error_count"]))
 
     print(f"configured: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.output_tokens} tokens, "
-          f"endpoint {args.endpoint}, {args.server_instances} server instance(s)")
+          f"endpoint {args.endpoint}, {args.server_backend} backend, {args.server_instances} server instance(s)")
     print(f"{'streams':>8} {'TTFT p50 ms':>12} {'err %':>7} {'ITL p50 ms':>11} {'err %':>7} {'events/s':>9} {'errors':>6}")
     for level, ttft, itl, rate, errors in rows:
         print(f"{level:>8} {ttft:>12.2f} {100 * (ttft / args.ttft_ms - 1):>+7.2f} {itl:>11.2f} "
