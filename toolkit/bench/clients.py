@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import time
 from typing import Protocol
-
-import numpy as np
 
 from toolkit.bench.records import RequestRecord
 
 
 class EndpointClient(Protocol):
     name: str
+
+    async def prepare(self, concurrency: int) -> None:
+        """Before a step: open what `concurrency` requests in flight need (connections, streams)."""
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None: ...
 
@@ -33,146 +35,166 @@ def classify_error(exc: BaseException) -> str:
     return "client"
 
 
-def ensemble_inputs(text: str, max_tokens: int, ignore_eos: bool = True) -> list:
-    """gRPC inputs for the repository's ensemble / tensorrt_llm_bls tensors, streaming on."""
-    from tritonclient.grpc import InferInput
+def ensemble_request(model: str, text: str, max_tokens: int, ignore_eos: bool = True, request_id: str = ""):
+    """The gRPC ModelInferRequest for the repository's ensemble / tensorrt_llm_bls tensors, streaming on.
 
-    values = {
-        "text_input": (np.array([[text]], dtype=object), "BYTES"),
-        "max_tokens": (np.array([[max_tokens]], dtype=np.int32), "INT32"),
-        "stream": (np.array([[True]]), "BOOL"),
-        "ignore_eos": (np.array([[ignore_eos]]), "BOOL"),
-    }
-    inputs = []
-    for name, (array, dtype) in values.items():
-        tensor = InferInput(name, list(array.shape), dtype)
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
+    Built straight as a protobuf with raw contents (what tritonclient's InferInput ends up as), so a
+    request costs the event loop microseconds rather than a numpy round trip per tensor.
+    """
+    from tritonclient.grpc import service_pb2
 
-
-def read_ensemble_response(result) -> tuple[str | None, int | None, bool]:
-    """(text in this response or None, tokens the engine reports for it or None, is it the final one)."""
-    out = result.as_numpy("text_output")
-    text = None
-    if out is not None and out.size:
-        text = b"".join(v if isinstance(v, bytes) else str(v).encode() for v in out.reshape(-1)).decode("utf-8", "replace")
-    count = result.as_numpy("output_token_count")
-    final = result.get_response().parameters.get("triton_final_response")
-    return text, int(count.sum()) if count is not None else None, bool(final is not None and final.bool_param)
+    request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    encoded = text.encode("utf-8")
+    tensors = (
+        ("text_input", "BYTES", struct.pack("<I", len(encoded)) + encoded),
+        ("max_tokens", "INT32", struct.pack("<i", max_tokens)),
+        ("stream", "BOOL", b"\x01"),
+        ("ignore_eos", "BOOL", b"\x01" if ignore_eos else b"\x00"),
+    )
+    for name, datatype, raw in tensors:
+        request.inputs.add(name=name, datatype=datatype, shape=[1, 1])
+        request.raw_input_contents.append(raw)
+    # The server then marks the last response even when the model ends a stream with flags only.
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return request
 
 
-def describe_grpc_error(error: BaseException) -> tuple[str, str]:
-    """(one-line message, kind) for what a gRPC stream yields or raises."""
-    from tritonclient.utils import InferenceServerException
-
-    code = getattr(error, "code", None)
-    if callable(code) and hasattr(error, "details"):  # grpc.aio.AioRpcError: the stream itself failed
-        name = getattr(code(), "name", str(code()))
-        kind = "timeout" if name == "DEADLINE_EXCEEDED" else "connection"
-        return f"gRPC {name}: {error.details()}", kind
-    if isinstance(error, InferenceServerException):  # the server answered this request with an error
-        status = (error.status() or "").upper()
-        kind = "connection" if "UNAVAILABLE" in status else "server_error"
-        return (error.message() or str(error)).splitlines()[0], kind
-    return (str(error).splitlines() or [repr(error)])[0], classify_error(error)
+def _bytes_elements(raw: bytes) -> list[bytes]:
+    """A BYTES tensor's elements: each a 4-byte little-endian length, then the bytes."""
+    items, at = [], 0
+    while at + 4 <= len(raw):
+        (length,) = struct.unpack_from("<I", raw, at)
+        items.append(raw[at + 4:at + 4 + length])
+        at += 4 + length
+    return items
 
 
-class _GrpcStream:
-    """One long-lived bidirectional stream that carries one request at a time (like a perf_analyzer
-    context): opening a stream per request costs client CPU that would show up as TTFT under load."""
+def read_stream_response(response) -> tuple[str | None, int | None, bool, str | None]:
+    """(text in this response or None, tokens the engine reports for it or None, is it the final one,
+    the server's error message or None) for one gRPC ModelStreamInferResponse."""
+    if response.error_message:
+        return None, None, True, response.error_message
+    result = response.infer_response
+    text = count = None
+    for output, raw in zip(result.outputs, result.raw_output_contents):
+        if output.name == "text_output" and raw:
+            text = b"".join(_bytes_elements(raw)).decode("utf-8", "replace")
+        elif output.name == "output_token_count" and raw:
+            count = int(sum(struct.unpack(f"<{len(raw) // 4}i", raw)))
+    final = result.parameters.get("triton_final_response")
+    return text, count, bool(final is not None and final.bool_param), None
 
-    def __init__(self, client):
-        self.requests: asyncio.Queue = asyncio.Queue()
-        self.responses: asyncio.Queue = asyncio.Queue()
 
-        async def outgoing():
-            while True:
-                item = await self.requests.get()
-                if item is None:
-                    return
-                yield item
+class TritonStreams:
+    """A pool of long-lived ModelStreamInfer calls, one request in flight on each (like perf_analyzer's
+    contexts): opening a stream per request costs client CPU that would show up as TTFT under load.
+    Requests are written and responses read on the call directly, without tritonclient's per-request
+    iterator task and numpy wrapping."""
 
-        async def pump():
-            try:
-                async for result, error in client.stream_infer(outgoing()):
-                    self.responses.put_nowait((time.perf_counter(), result, error))
-            except Exception as exc:  # noqa: BLE001 — the stream broke: the request in flight gets the error
-                self.responses.put_nowait((time.perf_counter(), None, exc))
-            self.responses.put_nowait((time.perf_counter(), None, ConnectionError("gRPC stream closed")))
+    def __init__(self, url: str):
+        import grpc
+        from tritonclient.grpc import service_pb2_grpc
 
-        self.task = asyncio.get_running_loop().create_task(pump())
+        self.channel = grpc.aio.insecure_channel(url, options=[("grpc.max_receive_message_length", 2**31 - 1)])
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self._idle: list = []
 
-    @property
-    def alive(self) -> bool:
-        return not self.task.done()
+    async def open(self, count: int) -> None:
+        """Have `count` streams open and idle before a step, so its first requests do not pay for
+        stream set-up (perf_analyzer creates its contexts before measuring, too)."""
+        idle = [call for call in self._idle if not call.done()]
+        calls = [self.stub.ModelStreamInfer() for _ in range(max(0, count - len(idle)))]
+        self._idle = idle + calls
+
+    def acquire(self):
+        while self._idle:
+            call = self._idle.pop()
+            if not call.done():
+                return call
+        return self.stub.ModelStreamInfer()
+
+    def release(self, call, reusable: bool) -> None:
+        """Back to the pool if its request ended cleanly; otherwise the stream's state is unknown: cancel it."""
+        if reusable and not call.done():
+            self._idle.append(call)
+        else:
+            call.cancel()
 
     async def close(self) -> None:
-        self.requests.put_nowait(None)
-        try:
-            await asyncio.wait_for(self.task, 2)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001
-            self.task.cancel()
+        for call in self._idle:
+            call.cancel()
+        self._idle.clear()
+        await self.channel.close()
+
+
+def describe_rpc_error(error) -> tuple[str, str]:
+    """(one-line message, kind) for a gRPC call that failed as a whole (grpc.aio.AioRpcError)."""
+    name = getattr(error.code(), "name", str(error.code()))
+    kind = "timeout" if name == "DEADLINE_EXCEEDED" else "connection"
+    details = (error.details() or "").splitlines()
+    return (f"gRPC {name}: {details[0]}" if details else f"gRPC {name}"), kind
 
 
 class TritonGrpcClient:
-    """Triton gRPC bidirectional streaming (what genai-perf's triton service kind uses), over a pool of
-    long-lived streams, one request in flight on each."""
+    """Triton gRPC bidirectional streaming (what genai-perf's triton service kind uses)."""
 
     name = "triton-grpc"
 
     def __init__(self, url: str, model: str = "ensemble"):
-        import tritonclient.grpc.aio as grpc_aio
-
-        self.client = grpc_aio.InferenceServerClient(url)
+        self.streams = TritonStreams(url)
         self.model = model
-        self._idle: list[_GrpcStream] = []
-        self._all: list[_GrpcStream] = []
 
-    def _acquire(self) -> _GrpcStream:
-        while self._idle:
-            stream = self._idle.pop()
-            if stream.alive:
-                return stream
-        stream = _GrpcStream(self.client)
-        self._all.append(stream)
-        return stream
+    async def prepare(self, concurrency: int) -> None:
+        await self.streams.open(concurrency)
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
-        request = {"model_name": self.model, "inputs": ensemble_inputs(text, max_tokens),
-                   "enable_empty_final_response": True, "request_id": str(record.request_index)}
-        stream = self._acquire()
+        import grpc
+
+        request = ensemble_request(self.model, text, max_tokens, request_id=str(record.request_index))
+        call = self.streams.acquire()
         pieces = []
         finished = False
         try:
             record.send_time = time.perf_counter()
-            stream.requests.put_nowait(request)
+            await call.write(request)
             while True:
-                now, result, error = await stream.responses.get()
-                if error is not None:
-                    record.error, record.error_kind = describe_grpc_error(error)
+                response = await call.read()
+                now = time.perf_counter()
+                if response is grpc.aio.EOF:
+                    record.error, record.error_kind = "gRPC stream closed by the server", "connection"
                     break
-                text, count, final = read_ensemble_response(result)
-                if text is not None:
+                piece, count, final, error = read_stream_response(response)
+                if error is not None:
+                    # the server answered this request with an error (bad input, model failed)
+                    record.error, record.error_kind = (error.splitlines() or ["server error"])[0], "server_error"
+                    break
+                if piece is not None:
                     record.chunk_times.append(now)
-                    pieces.append(text)
+                    pieces.append(piece)
                     if count is not None:
                         record.server_output_tokens = (record.server_output_tokens or 0) + count
                 if final:
                     record.end_time = now
                     finished = True
                     break
+        except grpc.aio.AioRpcError as exc:
+            record.error, record.error_kind = describe_rpc_error(exc)
         finally:
             record.output_text = "".join(pieces)
-            if finished and stream.alive:
-                self._idle.append(stream)  # reuse only a stream whose request ended cleanly
-            else:
-                await stream.close()
+            self.streams.release(call, finished)
 
     async def close(self) -> None:
-        for stream in self._all:
-            await stream.close()
-        await self.client.close()
+        await self.streams.close()
+
+
+def http_session():
+    """An aiohttp session for streaming clients: no overall timeout (the sweep bounds each request) and
+    no cap on connections — aiohttp's default of 100 would queue requests client-side beyond
+    concurrency 100, and that wait would be measured as TTFT."""
+    import aiohttp
+
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None),
+                                 connector=aiohttp.TCPConnector(limit=0))
 
 
 async def post_sse(session, url: str, body: dict, record: RequestRecord):
@@ -196,10 +218,11 @@ class TritonHttpClient:
     name = "triton-http"
 
     def __init__(self, url: str, model: str = "ensemble"):
-        import aiohttp
-
         self.url = f"{url.rstrip('/')}/v2/models/{model}/generate_stream"
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        self.session = http_session()
+
+    async def prepare(self, concurrency: int) -> None:
+        pass  # aiohttp opens connections on demand (uncapped, see http_session)
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         body = {"text_input": text, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
@@ -232,12 +255,10 @@ class OpenAICompletionsClient:
     path = "/v1/completions"
 
     def __init__(self, url: str, model: str):
-        import aiohttp
-
         base = url.rstrip("/")
         self.url = base + self.path if not base.endswith("/v1") else base + self.path[3:]
         self.model = model
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        self.session = http_session()
 
     def body(self, text: str, max_tokens: int) -> dict:
         return {"model": self.model, "prompt": text, "max_tokens": max_tokens, "min_tokens": max_tokens,
@@ -246,6 +267,9 @@ class OpenAICompletionsClient:
     @staticmethod
     def piece(choice: dict) -> str | None:
         return choice.get("text")
+
+    async def prepare(self, concurrency: int) -> None:
+        pass  # aiohttp opens connections on demand (uncapped, see http_session)
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         pieces = []

@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 
-from toolkit.bench.clients import ensemble_inputs, read_ensemble_response
+from toolkit.bench.clients import TritonStreams, describe_rpc_error, ensemble_request, read_stream_response
 
 
 def chat_prompt(messages: list[dict], tokenizer) -> str:
@@ -26,30 +26,36 @@ def chat_prompt(messages: list[dict], tokenizer) -> str:
 
 class TritonBackend:
     def __init__(self, grpc_url: str, model: str):
-        import tritonclient.grpc.aio as grpc_aio
-
-        self.grpc = grpc_aio
         self.url = grpc_url
-        self.client = None  # made on first use, inside the server's event loop
+        self.streams = None  # made on first use, inside the server's event loop
         self.model = model
 
     async def stream(self, text: str, max_tokens: int, ignore_eos: bool):
         """Yields (text delta, tokens in this response)."""
-        if self.client is None:
-            self.client = self.grpc.InferenceServerClient(self.url)
-        inputs = ensemble_inputs(text, max_tokens, ignore_eos)
+        import grpc
 
-        async def one():
-            yield {"model_name": self.model, "inputs": inputs, "enable_empty_final_response": True}
-
-        async for result, error in self.client.stream_infer(one()):
-            if error is not None:
-                raise RuntimeError(str(error))
-            piece, count, final = read_ensemble_response(result)
-            if piece is not None:
-                yield piece, count if count is not None else 1
-            if final:
-                return
+        if self.streams is None:
+            self.streams = TritonStreams(self.url)
+        call = self.streams.acquire()
+        finished = False
+        try:
+            await call.write(ensemble_request(self.model, text, max_tokens, ignore_eos))
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    raise RuntimeError("the Triton gRPC stream closed before the last response")
+                piece, count, final, error = read_stream_response(response)
+                if error is not None:
+                    raise RuntimeError(error)
+                if piece is not None:
+                    yield piece, count if count is not None else 1
+                if final:
+                    finished = True
+                    return
+        except grpc.aio.AioRpcError as exc:
+            raise RuntimeError(describe_rpc_error(exc)[0]) from exc
+        finally:
+            self.streams.release(call, finished)
 
 
 def make_app(backend: TritonBackend, tokenizer, served_name: str):
