@@ -131,7 +131,11 @@ class SweepSection(_Section):
     max_concurrency: int | None = Field(None, ge=1)  # cap on requests in flight in rate mode
     requests_per_step: int | None = Field(16, ge=1)
     duration_s: float | None = Field(None, gt=0)  # a step ends at whichever bound comes first
-    warmup_requests: int = Field(2, ge=0)
+    warmup_requests: int = Field(2, ge=0)  # once, before the first step, at concurrency ≤ 4
+    # Per step: the first N requests, sent under the step's own load and left out of its metrics, so
+    # measuring starts in steady state (streams open, requests desynchronized) rather than with the
+    # burst of `concurrency` simultaneous sends a step begins with. Counted on top of requests_per_step.
+    step_warmup_requests: int = Field(0, ge=0)
     input_tokens_mean: int = Field(64, ge=1)
     input_tokens_stddev: float = Field(0, ge=0)
     output_tokens: int = Field(32, ge=1)

@@ -98,8 +98,10 @@ class _Progress:
 
 
 async def run_step(client, factory: PromptFactory, settings: SweepSection, shape: LoadShape, isl: int, osl: int,
-                   step: str, tokenizer, writer: RecordWriter, warmup: bool, first_index: int) -> list[RequestRecord]:
-    """Send one step's requests per its load shape; every request becomes a record, written at once."""
+                   step: str, tokenizer, writer: RecordWriter, warmup: bool, first_index: int,
+                   warmup_count: int = 0) -> list[RequestRecord]:
+    """Send one step's requests per its load shape; every request becomes a record, written at once.
+    The first `warmup_count` (or all, with `warmup`) are marked warm-up: sent and recorded, not measured."""
     records: list[RequestRecord] = []
     progress = _Progress(step, shape.max_requests)
     index = first_index
@@ -118,7 +120,7 @@ async def run_step(client, factory: PromptFactory, settings: SweepSection, shape
     async def send(item) -> bool:
         number, prompt = item
         record = RequestRecord(number, step, time.perf_counter(), prompt.input_tokens, prompt.output_tokens,
-                               warmup=warmup)
+                               warmup=warmup or number - first_index < warmup_count)
         try:
             await asyncio.wait_for(client.generate(prompt.text, prompt.output_tokens, record),
                                    settings.request_timeout_s)
@@ -196,15 +198,19 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
         for isl, osl in settings.shapes:
             for level in settings.load_levels:
                 step = step_name(settings, level, isl, osl)
+                extra = settings.step_warmup_requests
+                total = settings.requests_per_step + extra if settings.requests_per_step else None
                 shape = LoadShape(settings.mode, level, settings.arrival, settings.max_concurrency,
-                                  settings.requests_per_step, settings.duration_s, settings.seed + index)
+                                  total, settings.duration_s, settings.seed + index)
+                if settings.mode == "concurrency" or settings.max_concurrency:
+                    await client.prepare(int(level if settings.mode == "concurrency" else settings.max_concurrency))
                 if scraper:
                     scraper.start(step)
                 started = time.perf_counter()
                 samples: list[dict] = []
                 try:
                     records = await run_step(client, factory, settings, shape, isl, osl, step, tokenizer, writer,
-                                             False, index)
+                                             False, index, warmup_count=extra)
                 finally:
                     if scraper:
                         samples = await scraper.stop()
