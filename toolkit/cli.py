@@ -195,12 +195,14 @@ def parse_slo(text: str | None) -> dict:
 @click.option("--model", default=None, help="Model name to request (Triton model or OpenAI model id).")
 @click.option("--requests", type=int, default=None, help="Requests per step.")
 @click.option("--duration", type=float, default=None, help="Seconds per step (ends at whichever bound comes first).")
+@click.option("--step-warmup", type=int, default=None,
+              help="Requests opening each step under its own load, left out of its metrics.")
 @click.option("--input-tokens", type=int, default=None)
 @click.option("--output-tokens", type=int, default=None)
 @click.option("--slo", default=None, help="Goodput objectives, e.g. ttft=500ms,itl=50ms,latency=5s.")
 @click.option("--tokenizer", default=None, help="Tokenizer directory (default: the engine's).")
 def sweep_cmd(config_path, sets, concurrencies, rates, arrival, max_concurrency, endpoint, url, model, requests,
-              duration, input_tokens, output_tokens, slo, tokenizer):
+              duration, step_warmup, input_tokens, output_tokens, slo, tokenizer):
     """Streaming load over the running server; writes perf/runs/<time>-<name>/."""
     from toolkit import pipeline
 
@@ -209,6 +211,7 @@ def sweep_cmd(config_path, sets, concurrencies, rates, arrival, max_concurrency,
         "sweep.request_rates": list(rates) if rates else None, "sweep.mode": "rate" if rates else None,
         "sweep.arrival": arrival, "sweep.max_concurrency": max_concurrency, "sweep.endpoint": endpoint,
         "sweep.url": url, "sweep.model": model, "sweep.requests_per_step": requests, "sweep.duration_s": duration,
+        "sweep.step_warmup_requests": step_warmup,
         "sweep.input_tokens_mean": input_tokens, "sweep.output_tokens": output_tokens, **parse_slo(slo)}
     config, layout = _load(config_path, sets, **overrides)
     run_dir = pipeline.sweep(config, layout, tokenizer_dir=tokenizer)

@@ -109,7 +109,8 @@ def run_header(run: RunDir) -> list[str]:
         out.append(f"- load: {load}, {bound} per step, input {s.get('input_tokens_mean')} ± "
                    f"{s.get('input_tokens_stddev')} tokens, output {s.get('output_tokens')} ± "
                    f"{s.get('output_tokens_stddev', 0)} tokens (ignore EOS), {s.get('warmup_requests')} warm-up "
-                   f"requests excluded, seed {s.get('seed')}")
+                   f"requests before the sweep and {s.get('step_warmup_requests') or 0} opening each step "
+                   f"excluded, seed {s.get('seed')}")
     if run.summary.get("aborted"):
         out += ["", f"> **Partial run:** {run.summary['aborted']}. The steps below hold what was measured."]
     return out
