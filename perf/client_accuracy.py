@@ -1,6 +1,6 @@
 """Benchmark: how accurately, and up to what load, our sweep client measures TTFT and ITL.
 
-A real Triton server serves the `synthetic` model (by default its C++ backend, toolkit/repo/native/),
+A real Triton server serves the `synthetic` model (by default its C++ backend, toolkit/repo/cpp_backends/),
 which streams tokens at a configured TTFT and ITL. The client's measured p50 TTFT and ITL should be
 within 2 % of the configured values; the benchmark prints the error per concurrency (up to 256
 streams) and the token-event rate the client sustained. Each step starts with one warm-up request

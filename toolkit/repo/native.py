@@ -1,4 +1,4 @@
-"""Compile the project's C++ Triton backends (toolkit/repo/native/*.cc) with the system compiler.
+"""Compile the project's C++ Triton backends (toolkit/repo/cpp_backends/*.cc) with the system compiler.
 
 A backend is one source file compiled to `libtriton_<name>.so`; Triton finds it in the model's
 directory. Builds are cached by source hash, so a repository write costs a compile once per machine.
@@ -27,8 +27,8 @@ def compiler() -> str | None:
 
 
 def build_backend(name: str, source: str) -> Path:
-    """Path of `libtriton_<name>.so` compiled from toolkit/repo/native/<source> (cached by content)."""
-    code = resources.files("toolkit.repo").joinpath("native", source).read_bytes()
+    """Path of `libtriton_<name>.so` compiled from toolkit/repo/cpp_backends/<source> (cached by content)."""
+    code = resources.files("toolkit.repo").joinpath("cpp_backends", source).read_bytes()
     cxx = compiler()
     if cxx is None:
         raise ToolkitError(f"no C++ compiler found to build the {name} Triton backend",

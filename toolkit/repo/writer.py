@@ -161,7 +161,7 @@ def write_synthetic_repository(repo_dir: Path, ttft_ms: float, itl_ms: float, ma
                                instances: int = 1, backend: str = "native") -> Path:
     """A repository with one `synthetic` model streaming at a fixed TTFT and ITL (client calibration).
 
-    backend "native": the C++ backend (toolkit/repo/native/synthetic_backend.cc, compiled here), whose
+    backend "native": the C++ backend (toolkit/repo/cpp_backends/synthetic_backend.cc, compiled here), whose
     request intake keeps up with hundreds of simultaneous streams; "python": the python-backend twin.
     """
     if backend not in SYNTHETIC_BACKENDS:
