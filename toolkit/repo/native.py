@@ -32,8 +32,8 @@ def build_backend(name: str, source: str) -> Path:
     cxx = compiler()
     if cxx is None:
         raise ToolkitError(f"no C++ compiler found to build the {name} Triton backend",
-                           "install g++ (apt-get install g++) or set CXX, or use the python backend "
-                           "(--server-backend python)")
+                           "install g++ (apt-get install g++) or set CXX; the synthetic model also has a "
+                           "python backend (perf/client_accuracy.py --server-backend python)")
     flags = ["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread"]
     key = hashlib.sha256(code + " ".join([cxx, *flags]).encode()).hexdigest()[:16]
     library = CACHE_DIR / f"{name}-{key}" / f"libtriton_{name}.so"
