@@ -17,9 +17,9 @@ PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 
 
 class RecordMetric:
-    tag: str
+    tag: str  # key in summaries and exports
     unit: str
-    header: str
+    header: str  # row label in reports
 
     def values(self, record: RequestRecord) -> list[float]:
         raise NotImplementedError
@@ -91,7 +91,7 @@ class OutputSequenceLength(RecordMetric):
 class OutputTokenThroughputPerUser(RecordMetric):
     """1 / ITL: the decode speed one user sees."""
 
-    tag, unit, header = "output_token_throughput_per_user", "tokens/s", "Output token throughput per user"
+    tag, unit, header = "output_token_throughput_per_user", "tokens/s", "Output tokens/s per user"
 
     def values(self, r):
         itl = r.inter_token_latency

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
+from toolkit.cache import CACHE_ROOT
 from toolkit.plan.gpus import GpuSpec
 
-CACHE = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "llm-deploy-toolkit")) / "cpu_probe.json"
+CACHE = CACHE_ROOT / "cpu_probe.json"
 
 
 def measure_cpu(seconds: float = 0.5) -> dict:

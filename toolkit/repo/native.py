@@ -13,9 +13,10 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
+from toolkit.cache import CACHE_ROOT
 from toolkit.errors import ToolkitError
 
-CACHE_DIR = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "llm-deploy-toolkit")) / "native"
+CACHE_DIR = CACHE_ROOT / "native"
 
 
 def compiler() -> str | None:

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolkit.bench.metrics import RECORD_METRICS
 from toolkit.report.rundir import RunDir
 
-ROWS = ["time_to_first_token", "time_to_second_token", "inter_token_latency", "inter_chunk_gap",
-        "request_latency", "prefill_share", "input_sequence_length", "output_sequence_length",
-        "output_token_throughput_per_user"]
-HEADERS = {"time_to_first_token": "Time to first token", "time_to_second_token": "Time to second token",
-           "inter_token_latency": "Inter-token latency", "inter_chunk_gap": "Inter-chunk gap",
-           "request_latency": "Request latency", "prefill_share": "TTFT share of latency",
-           "input_sequence_length": "Input sequence length", "output_sequence_length": "Output sequence length",
-           "output_token_throughput_per_user": "Output tokens/s per user"}
 COLUMNS = ["avg", "min", "max", "p50", "p90", "p95", "p99"]
 DEFINITIONS = ("Definitions (genai-perf / AIPerf): TTFT = first response − send; ITL = (latency − TTFT) / "
                "(output tokens − 1); inter-chunk gap = every gap between consecutive responses; output tokens as "
@@ -36,10 +29,10 @@ def step_title(step: dict) -> str:
 
 def step_table(step: dict) -> str:
     lines = ["| Metric | Unit | " + " | ".join(COLUMNS) + " |", "|---|---|" + "---:|" * len(COLUMNS)]
-    for tag in ROWS:
-        stats = step["metrics"].get(tag)
+    for metric in RECORD_METRICS:
+        stats = step["metrics"].get(metric.tag)
         if stats:
-            lines.append(f"| {HEADERS[tag]} | {stats['unit']} | " + " | ".join(fmt(stats[c]) for c in COLUMNS) + " |")
+            lines.append(f"| {metric.header} | {stats['unit']} | " + " | ".join(fmt(stats[c]) for c in COLUMNS) + " |")
     lines.append("")
     lines.append(f"- Output token throughput: **{fmt(step['output_token_throughput']['avg'])} tokens/s**; "
                  f"request throughput: **{step['request_throughput']['avg']:.3f} requests/s**; "
