@@ -38,6 +38,16 @@ def variant_config(base: DeploymentConfig, label: str, overrides: dict[str, str]
     return validate_config(apply_overrides(raw, overrides), source=f"variant {label}")
 
 
+def _step_values(runs: list[RunDir], step: str, metric: str) -> list[list[float]]:
+    """Per repetition, the values of `metric` in `step` (repetitions without that step are skipped)."""
+    out = []
+    for run in runs:
+        summary = next((s for s in run.steps if s["step"] == step), None)
+        if summary:
+            out.append(metric_values(run.measured_records_by_step().get(step, []), metric, summary))
+    return out
+
+
 def analyse(runs: dict[str, list[RunDir]], boot: int = 2000) -> list[dict]:
     labels = list(runs)
     baseline = labels[0]
@@ -46,18 +56,9 @@ def analyse(runs: dict[str, list[RunDir]], boot: int = 2000) -> list[dict]:
     for candidate in labels[1:]:
         for step in steps:
             for metric, (_, lower_is_better) in AB_METRICS.items():
-                def values(label):
-                    out = []
-                    for run in runs[label]:
-                        summary = next((s for s in run.steps if s["step"] == step), None)
-                        if summary:
-                            records = [r for r in run.records() if r.step == step]
-                            out.append(metric_values(records, metric, summary))
-                    return out
-
                 try:
-                    result = compare(metric, step, baseline, candidate, values(baseline), values(candidate),
-                                     lower_is_better, boot=boot)
+                    result = compare(metric, step, baseline, candidate, _step_values(runs[baseline], step, metric),
+                                     _step_values(runs[candidate], step, metric), lower_is_better, boot=boot)
                 except ValueError:
                     continue
                 results.append(result.to_dict())

@@ -75,12 +75,26 @@ class RecordWriter:
         self._file.close()
 
 
-def read_records(path: Path) -> list[RequestRecord]:
-    records = []
-    for line in Path(path).read_text().splitlines():
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a JSON-lines file written while a run went on (none if it is absent)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
         if line.strip():
             try:
-                records.append(RequestRecord.from_dict(json.loads(line)))
-            except (json.JSONDecodeError, TypeError):
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
                 continue  # a line cut short by a crash: everything before it still counts
+    return rows
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    records = []
+    for row in read_jsonl(path):
+        try:
+            records.append(RequestRecord.from_dict(row))
+        except TypeError:
+            continue  # not a record of this version
     return records

@@ -97,23 +97,12 @@ class MetricsScraper:
         return self.step_samples
 
 
-def read_server_metrics(path: Path) -> list[dict]:
-    if not Path(path).is_file():
-        return []
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 def _delta(first: dict, last: dict, name: str, **labels) -> float:
     return sum_metric(last, name, **labels) - sum_metric(first, name, **labels)
 
 
-def _series(samples: list[dict], name: str, **labels) -> list[float]:
+def metric_series(samples: list[dict], name: str, **labels) -> list[float]:
+    """One metric over the samples that expose it, summed over label sets (optionally filtered)."""
     return [sum_metric(s["metrics"], name, **labels) for s in samples if any(
         k.startswith(name) for k in s["metrics"])]
 
@@ -134,7 +123,7 @@ def summarize_server_metrics(samples: list[dict], engine_model: str = "tensorrt_
                 "compute_ms_per_request": _delta(first, last, "nv_inference_compute_infer_duration_us", model=model)
                 / done / 1e3,
             }
-    pending = _series(samples, "nv_inference_pending_request_count")
+    pending = metric_series(samples, "nv_inference_pending_request_count")
     if pending:
         out["pending_requests_max"] = max(pending)
     for source, used_name, used_labels, max_name, max_labels in (
@@ -142,8 +131,8 @@ def summarize_server_metrics(samples: list[dict], engine_model: str = "tensorrt_
         ("tensorrt_llm", "nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "used"},
          "nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "max"}),
     ):
-        used = _series(samples, used_name, **used_labels)
-        capacity = _series(samples, max_name, **max_labels)
+        used = metric_series(samples, used_name, **used_labels)
+        capacity = metric_series(samples, max_name, **max_labels)
         if used and capacity and max(capacity) > 0:
             out["kv_cache"] = {"source": source, "blocks_used_max": max(used),
                                "blocks_used_mean": sum(used) / len(used), "blocks_max": max(capacity),

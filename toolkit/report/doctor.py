@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.bench.server_metrics import sum_metric
+from toolkit.bench.server_metrics import metric_series
 from toolkit.report.rundir import RunDir, step_level
 
 DECODE_DOMINANT_SHARE = 0.8
@@ -146,10 +146,6 @@ def _correlation(xs: list[float], ys: list[float]) -> float | None:
 
 
 def check_itl_grows_with_context(run: RunDir) -> list[Finding]:
-    records = [r for r in run.records() if r.ok and not r.warmup and r.inter_token_latency]
-    by_step: dict[str, list] = {}
-    for r in records:
-        by_step.setdefault(r.step, []).append(r)
     findings = []
     # Across shape steps at the same load (ISL sweeps), else within a step with ISL variation.
     shape_steps = [s for s in run.steps if _m(s, "inter_token_latency")]
@@ -164,7 +160,8 @@ def check_itl_grows_with_context(run: RunDir) -> list[Finding]:
                                     "each decode step re-reads the whole KV cache: FP8 KV cache, fewer KV heads "
                                     "(GQA models), paged context FMHA, or shorter contexts"))
             return findings
-    for step, rs in by_step.items():
+    for step, records in run.measured_records_by_step().items():
+        rs = [r for r in records if r.inter_token_latency]
         corr = _correlation([r.input_tokens for r in rs], [r.inter_token_latency for r in rs])
         if corr and corr > CONTEXT_CORRELATION:
             findings.append(Finding("itl_grows_with_context", "warn", f"ITL grows with context length in {step}",
@@ -177,7 +174,7 @@ def check_itl_grows_with_context(run: RunDir) -> list[Finding]:
 def check_memory_flat(run: RunDir) -> list[Finding]:
     samples = run.server_metrics()
     for name, label in (("nv_gpu_memory_used_bytes", "GPU"), ("nv_cpu_memory_used_bytes", "host")):
-        series = [sum_metric(s["metrics"], name) for s in samples if any(k.startswith(name) for k in s["metrics"])]
+        series = metric_series(samples, name)
         if len(series) >= 3 and max(series) > 0:
             spread = (max(series) - min(series)) / max(series)
             if spread < MEMORY_FLAT:

@@ -77,11 +77,8 @@ def throughput_vs_latency(runs: list[RunDir]) -> bytes:
 
 def itl_distribution(run: RunDir) -> bytes:
     plt, fig, ax = _figure()
-    by_step: dict[str, list[float]] = {}
-    for record in run.records():
-        if record.ok and not record.warmup:
-            by_step.setdefault(record.step, []).extend(g * 1e3 for g in record.chunk_gaps)
-    for step, gaps in by_step.items():
+    for step, records in run.measured_records_by_step().items():
+        gaps = [g * 1e3 for r in records for g in r.chunk_gaps]
         if gaps:
             ax.hist(gaps, bins=50, histtype="step", label=step)
     ax.set_xlabel("inter-chunk gap (ms)")

@@ -6,8 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.bench.records import RequestRecord, read_records
-from toolkit.bench.server_metrics import read_server_metrics
+from toolkit.bench.records import RequestRecord, read_jsonl, read_records
 from toolkit.errors import ToolkitError
 
 
@@ -17,6 +16,7 @@ class RunDir:
     summary: dict
     _records: list[RequestRecord] | None = field(default=None, init=False, repr=False)
     _server_metrics: list[dict] | None = field(default=None, init=False, repr=False)
+    _by_step: dict[str, list[RequestRecord]] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def open(cls, path: str | Path) -> "RunDir":
@@ -44,13 +44,21 @@ class RunDir:
     def records(self) -> list[RequestRecord]:
         """Read once per RunDir: reports, A/B and the doctor ask for them many times."""
         if self._records is None:
-            path = self.path / "records.jsonl"
-            self._records = read_records(path) if path.is_file() else []
+            self._records = read_records(self.path / "records.jsonl")
         return self._records
+
+    def measured_records_by_step(self) -> dict[str, list[RequestRecord]]:
+        """Successful, non-warm-up records grouped by step, in the order they finished (grouped once)."""
+        if self._by_step is None:
+            self._by_step = {}
+            for record in self.records():
+                if record.ok and not record.warmup:
+                    self._by_step.setdefault(record.step, []).append(record)
+        return self._by_step
 
     def server_metrics(self) -> list[dict]:
         if self._server_metrics is None:
-            self._server_metrics = read_server_metrics(self.path / "server_metrics.jsonl")
+            self._server_metrics = read_jsonl(self.path / "server_metrics.jsonl")
         return self._server_metrics
 
 
