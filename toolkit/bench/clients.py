@@ -212,17 +212,27 @@ async def post_sse(session, url: str, body: dict, record: RequestRecord):
                 yield time.perf_counter(), line[5:].strip()
 
 
-class TritonHttpClient:
+class _SseClient:
+    """What the HTTP streaming clients share: one uncapped aiohttp session for all requests."""
+
+    def __init__(self):
+        self.session = http_session()
+
+    async def prepare(self, concurrency: int) -> None:
+        pass  # aiohttp opens connections on demand (uncapped, see http_session)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class TritonHttpClient(_SseClient):
     """Triton's HTTP generate extension: POST /v2/models/<m>/generate_stream, server-sent events."""
 
     name = "triton-http"
 
     def __init__(self, url: str, model: str = "ensemble"):
+        super().__init__()
         self.url = f"{url.rstrip('/')}/v2/models/{model}/generate_stream"
-        self.session = http_session()
-
-    async def prepare(self, concurrency: int) -> None:
-        pass  # aiohttp opens connections on demand (uncapped, see http_session)
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         body = {"text_input": text, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
@@ -243,11 +253,8 @@ class TritonHttpClient:
             record.end_time = time.perf_counter()
         record.output_text = "".join(pieces)
 
-    async def close(self) -> None:
-        await self.session.close()
 
-
-class OpenAICompletionsClient:
+class OpenAICompletionsClient(_SseClient):
     """OpenAI-compatible /v1/completions with stream=true (trtllm-serve, vLLM, our --openai front).
     Asks for exactly max_tokens (ignore_eos, min_tokens) and for usage, so token counts are the server's."""
 
@@ -255,10 +262,10 @@ class OpenAICompletionsClient:
     path = "/v1/completions"
 
     def __init__(self, url: str, model: str):
+        super().__init__()
         base = url.rstrip("/")
         self.url = base + self.path if not base.endswith("/v1") else base + self.path[3:]
         self.model = model
-        self.session = http_session()
 
     def body(self, text: str, max_tokens: int) -> dict:
         return {"model": self.model, "prompt": text, "max_tokens": max_tokens, "min_tokens": max_tokens,
@@ -267,9 +274,6 @@ class OpenAICompletionsClient:
     @staticmethod
     def piece(choice: dict) -> str | None:
         return choice.get("text")
-
-    async def prepare(self, concurrency: int) -> None:
-        pass  # aiohttp opens connections on demand (uncapped, see http_session)
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         pieces = []
@@ -292,9 +296,6 @@ class OpenAICompletionsClient:
         if record.end_time is None and record.error is None:
             record.end_time = time.perf_counter()
         record.output_text = "".join(pieces)
-
-    async def close(self) -> None:
-        await self.session.close()
 
 
 class OpenAIChatClient(OpenAICompletionsClient):

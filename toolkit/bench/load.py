@@ -21,6 +21,11 @@ class LoadShape:
     duration_s: float | None = None
     seed: int = 0
 
+    @property
+    def max_in_flight(self) -> int | None:
+        """The most requests this shape keeps in flight, where it bounds them."""
+        return int(self.level) if self.mode == "concurrency" else self.max_concurrency
+
 
 def arrival_gaps(rate: float, arrival: str, seed: int) -> Iterator[float]:
     """Seconds between consecutive sends."""

@@ -57,22 +57,22 @@ class MetricsScraper:
         self._task: asyncio.Task | None = None
         self.step_samples: list[dict] = []
 
-    async def _scrape(self, session, step: str) -> None:
+    async def _scrape(self) -> None:
         import aiohttp
 
         try:
-            async with session.get(self.url) as response:
+            async with self._session.get(self.url) as response:
                 text = await response.text()
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return  # the server may be gone; the sweep itself reports that
-        sample = {"time": time.perf_counter(), "wall": time.time(), "step": step, "metrics": parse_metrics(text)}
+        sample = {"time": time.perf_counter(), "wall": time.time(), "step": self._step, "metrics": parse_metrics(text)}
         with self.path.open("a") as out:
             out.write(json.dumps(sample) + "\n")
         self.step_samples.append(sample)
 
-    async def _loop(self, step: str) -> None:
+    async def _loop(self) -> None:
         while True:
-            await self._scrape(self._session, step)
+            await self._scrape()
             await asyncio.sleep(self.interval_s)
 
     def start(self, step: str) -> None:
@@ -81,7 +81,7 @@ class MetricsScraper:
         self._step = step
         self.step_samples = []
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
-        self._task = asyncio.get_running_loop().create_task(self._loop(step))
+        self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> list[dict]:
         """Stop polling after one last sample, so every step has its end state; returns the step's samples."""
@@ -91,7 +91,7 @@ class MetricsScraper:
                 await self._task
             except asyncio.CancelledError:
                 pass
-            await self._scrape(self._session, self._step)
+            await self._scrape()
             await self._session.close()
             self._task = None
         return self.step_samples

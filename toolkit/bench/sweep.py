@@ -202,8 +202,8 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
                 total = settings.requests_per_step + extra if settings.requests_per_step else None
                 shape = LoadShape(settings.mode, level, settings.arrival, settings.max_concurrency,
                                   total, settings.duration_s, settings.seed + index)
-                if settings.mode == "concurrency" or settings.max_concurrency:
-                    await client.prepare(int(level if settings.mode == "concurrency" else settings.max_concurrency))
+                if shape.max_in_flight:
+                    await client.prepare(shape.max_in_flight)
                 if scraper:
                     scraper.start(step)
                 started = time.perf_counter()
