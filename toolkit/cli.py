@@ -239,12 +239,10 @@ def report_cmd(run_dirs, runs_dir, out):
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("perf/runs"), show_default=True)
 def doctor_cmd(run_dir, runs_dir):
     """The troubleshooting checklist over a run's records and server metrics (default: the latest run)."""
-    from toolkit.report.doctor import diagnose, write_doctor
-    from toolkit.report.rundir import RunDir, latest_run
+    from toolkit import pipeline
+    from toolkit.report.rundir import latest_run
 
-    run = RunDir.open(run_dir or latest_run(runs_dir))
-    findings = diagnose(run)
-    path = write_doctor(run, findings)
+    _, path = pipeline.doctor(run_dir or latest_run(runs_dir))
     click.echo(path.read_text())
     click.echo(f"doctor: {path}")
 
@@ -326,12 +324,7 @@ def demo_cmd(config_path, sets):
     finally:
         pipeline.stop(layout)
     report = pipeline.report(run_dir)
-    from toolkit.report.doctor import diagnose, write_doctor
-    from toolkit.report.rundir import RunDir
-
-    run = RunDir.open(run_dir)
-    findings = diagnose(run)
-    doctor = write_doctor(run, findings)
+    findings, doctor = pipeline.doctor(run_dir)
     for finding in findings:
         echo(f"      doctor: {finding.summary} — {finding.evidence}")
     echo(f"[7/7] report       {report} (HTML: {report.with_suffix('.html')}; checklist: {doctor})")

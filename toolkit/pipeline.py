@@ -132,6 +132,16 @@ def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:
     return markdown
 
 
+def doctor(run_dir: Path):
+    """The troubleshooting checklist over one run; returns (findings, doctor.md path)."""
+    from toolkit.report.doctor import diagnose, write_doctor
+    from toolkit.report.rundir import RunDir
+
+    run = RunDir.open(run_dir)
+    findings = diagnose(run)
+    return findings, write_doctor(run, findings)
+
+
 def deployment_for_plan(config: DeploymentConfig, **overrides):
     """The planner's view of a deployment config (flags given as overrides win)."""
     from toolkit.plan.memory import QFORMAT_TO_WEIGHTS, Deployment

@@ -108,8 +108,7 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
     start = time.perf_counter()
     read_manifest(engine_dir, "build", "toolkit build --config ...")
     if config.engine.target == "llmapi":
-        if repo_dir.exists():
-            shutil.rmtree(repo_dir)
+        _empty_dir(repo_dir)
         templates = write_llmapi_repository(config, engine_dir.resolve(), repo_dir)
         write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": "llmapi"},
                        {"models": ["tensorrt_llm"], "templates": templates}, time.perf_counter() - start)
@@ -117,9 +116,7 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
     engine = EngineConfig.read(engine_dir)
     engine_dir = engine_dir.resolve()
     tokenizer_dir = tokenizer_dir_of(engine_dir, config.engine.target)
-    if repo_dir.exists():
-        shutil.rmtree(repo_dir)
-    repo_dir.mkdir(parents=True)
+    _empty_dir(repo_dir)
     batch = engine.max_batch_size
 
     for name in ("preprocessing", "postprocessing"):
@@ -149,6 +146,13 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
     return repo_dir
 
 
+def _empty_dir(path: Path) -> None:
+    """A repository is rewritten whole: nothing of an earlier one (a model since dropped) may linger."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -166,8 +170,7 @@ def write_synthetic_repository(repo_dir: Path, ttft_ms: float, itl_ms: float, ma
     """
     if backend not in SYNTHETIC_BACKENDS:
         raise ToolkitError(f"unknown synthetic backend {backend!r}", f"use one of {', '.join(SYNTHETIC_BACKENDS)}")
-    if repo_dir.exists():
-        shutil.rmtree(repo_dir)
+    _empty_dir(repo_dir)
     inputs, outputs = MODEL_TENSORS["ensemble"]
     triton_backend = "toolkit_synthetic" if backend == "native" else "python"
     _write(repo_dir / "synthetic" / "config.pbtxt",

@@ -87,7 +87,6 @@ def make_app(backend: TritonBackend, tokenizer, served_name: str):
         ignore_eos = bool(body.get("ignore_eos") or int(body.get("min_tokens") or 0) >= max_tokens)
         stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        prompt_tokens = len(tokenizer(prompt).input_ids)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
@@ -100,6 +99,8 @@ def make_app(backend: TritonBackend, tokenizer, served_name: str):
             return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
 
         def usage(completion: int) -> dict:
+            # Tokenized only when usage is sent: the event loop that streams every request's tokens runs this.
+            prompt_tokens = len(tokenizer(prompt).input_ids)
             return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
                     "total_tokens": prompt_tokens + completion}
 
@@ -123,17 +124,17 @@ def make_app(backend: TritonBackend, tokenizer, served_name: str):
         async def event(payload) -> None:
             await response.write(f"data: {json.dumps(payload)}\n\n".encode())
 
+        async def chunk(**fields) -> None:
+            await event({"id": rid, "object": chunk_kind, "created": created, "model": served_name, **fields})
+
         try:
             async for text, count in backend.stream(prompt, max_tokens, ignore_eos):
                 completion_tokens += count
-                await event({"id": rid, "object": chunk_kind, "created": created, "model": served_name,
-                             "choices": [choice(text, None)]})
+                await chunk(choices=[choice(text, None)])
             finish = "length" if completion_tokens >= max_tokens else "stop"
-            await event({"id": rid, "object": chunk_kind, "created": created, "model": served_name,
-                         "choices": [choice("", finish)]})
+            await chunk(choices=[choice("", finish)])
             if include_usage:
-                await event({"id": rid, "object": chunk_kind, "created": created, "model": served_name,
-                             "choices": [], "usage": usage(completion_tokens)})
+                await chunk(choices=[], usage=usage(completion_tokens))
         except RuntimeError as exc:
             await event({"error": {"message": str(exc), "type": "server_error"}})
         await response.write(b"data: [DONE]\n\n")
