@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from toolkit.build.engine_config import EngineConfig
-from toolkit.build.trtllm import trtllm_build_command
+from toolkit.engine.engine_config import EngineConfig
+from toolkit.engine.trtllm import trtllm_build_command
 from toolkit.config import load_config, validate_config
 from toolkit.serve.install import TritonInstall
 from toolkit.serve.server import tritonserver_command

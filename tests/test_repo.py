@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from toolkit.build.engine_config import EngineConfig
+from toolkit.engine.engine_config import EngineConfig
 from toolkit.config import validate_config
 from toolkit.repo.checks import check_repository
 from toolkit.repo.models import ENSEMBLE_STEPS, MODEL_TENSORS
@@ -146,8 +146,8 @@ def test_check_reports_parse_error_line(cpu_repo):
 def test_llmapi_repository_without_tensorrt_llm_templates_says_where_to_get_them(tmp_path, tiny_model_dir, monkeypatch):
     import yaml
 
-    from toolkit.build.llmapi import write_llmapi_config
-    from toolkit.build.stage import copy_tokenizer
+    from toolkit.engine.llmapi import write_llmapi_config
+    from toolkit.engine.stage import copy_tokenizer
 
     monkeypatch.delenv("TRTLLM_TRITON_MODELS", raising=False)
     config = validate_config({"name": "t", "engine": {"target": "llmapi", "enable_kv_cache_reuse": True},

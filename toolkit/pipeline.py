@@ -38,7 +38,7 @@ def quantize(config: DeploymentConfig, layout: ArtifactLayout):
 
 
 def build(config: DeploymentConfig, layout: ArtifactLayout, dry_run: bool = False) -> dict:
-    from toolkit.build.stage import build_engine
+    from toolkit.engine.stage import build_engine
 
     return build_engine(config, layout.checkpoint_dir, layout.engine_dir, dry_run=dry_run)
 

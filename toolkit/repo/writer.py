@@ -12,7 +12,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from toolkit.build.engine_config import EngineConfig
+from toolkit.engine.engine_config import EngineConfig
 from toolkit.config import DeploymentConfig
 from toolkit.errors import ToolkitError
 from toolkit.manifest import read_manifest, write_manifest
@@ -89,7 +89,7 @@ def write_llmapi_repository(config: DeploymentConfig, engine_dir: Path, repo_dir
     repository check fails and says where to get them."""
     import yaml
 
-    from toolkit.build.llmapi import LLMAPI_CONFIG_FILE
+    from toolkit.engine.llmapi import LLMAPI_CONFIG_FILE
 
     model_dir = repo_dir / "tensorrt_llm"
     (model_dir / "1").mkdir(parents=True, exist_ok=True)

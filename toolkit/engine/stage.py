@@ -6,10 +6,10 @@ import shlex
 import time
 from pathlib import Path
 
-from toolkit.build.cpu import build_cpu_engine
-from toolkit.build.engine_config import EngineConfig
-from toolkit.build.llmapi import write_llmapi_config
-from toolkit.build.trtllm import checkpoint_mapping, run_trtllm_build, trtllm_build_command
+from toolkit.engine.cpu import build_cpu_engine
+from toolkit.engine.engine_config import EngineConfig
+from toolkit.engine.llmapi import write_llmapi_config
+from toolkit.engine.trtllm import checkpoint_mapping, run_trtllm_build, trtllm_build_command
 from toolkit.config import DeploymentConfig
 from toolkit.errors import ToolkitError
 from toolkit.manifest import read_manifest, write_manifest

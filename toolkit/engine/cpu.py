@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from toolkit.build.engine_config import EngineConfig
+from toolkit.engine.engine_config import EngineConfig
 
 CHECKPOINT_SUBDIR = "checkpoint"
 

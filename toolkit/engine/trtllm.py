@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from toolkit.build.engine_config import EngineConfig
+from toolkit.engine.engine_config import EngineConfig
 from toolkit.config import EngineSection
 from toolkit.errors import ToolkitError, missing_dependency
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from toolkit.build.engine_config import EngineConfig
+from toolkit.engine.engine_config import EngineConfig
 from toolkit.config import EngineSection
 
 LLMAPI_CONFIG_FILE = "llm_api_config.yaml"
