@@ -1,0 +1,280 @@
+"""The engine loop: requests in, one forward pass per step over an in-flight batch, tokens out.
+
+`Engine` owns a model runner (model_runner.py) and a scheduler. `add_request` and `abort` may be
+called from any thread; they land in an inbox that the loop drains between steps, so a request joins
+the running batch at the next step. Each step: schedule, run the runner on the batch's `StepInput`,
+sample (or verify draft tokens), commit, then hand each request its new tokens through its callback,
+on the engine's thread. `start()` runs the loop in a background thread; `run_until_idle()` runs it in
+the caller's (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from toolkit.engine.runtime.sampling import GREEDY, SamplingParams, sample, verify_draft
+from toolkit.engine.runtime.scheduler import Scheduled, Scheduler, SchedulerConfig, Sequence, build_step_input
+from toolkit.engine.runtime.timeline import StepRecord, Timeline
+
+
+class RequestError(ValueError):
+    """A request the engine refuses; the message names the problem and the fix."""
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    new_tokens: list[int]
+    finished: bool
+    prompt_len: int
+    num_generated: int
+    arrival: float  # perf_counter seconds
+    first_token_at: float | None
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+Callback = Callable[[RequestOutput], None]
+
+
+@dataclass(eq=False)
+class _Request:
+    seq: Sequence
+    callback: Callback | None
+    arrival: float
+    first_token_at: float | None = None
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class EngineTotals:
+    steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    finished_requests: int = 0
+
+
+class Engine:
+    def __init__(self, runner, config: SchedulerConfig, *, max_input_len: int | None = None,
+                 timeline: Timeline | None = None, on_step: Callable[[StepRecord], None] | None = None):
+        self.runner = runner
+        self.config = config
+        self.max_input_len = max_input_len or config.max_seq_len - 1
+        self.scheduler = Scheduler(config)
+        self.timeline = timeline or Timeline()
+        self.on_step = on_step
+        self.totals = EngineTotals()
+        self.last_step: StepRecord | None = None
+        self._requests: dict[str, _Request] = {}
+        self._inbox: list[_Request] = []
+        self._aborts: list[str] = []
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._step_index = 0
+
+    # ---- requests (any thread) -----------------------------------------------------------------
+    def add_request(self, request_id: str, prompt: list[int], max_new_tokens: int, *, end_id: int | None = None,
+                    sampling: SamplingParams = GREEDY, callback: Callback | None = None) -> None:
+        self.check_request(prompt, max_new_tokens)
+        vocab = self.runner.spec.vocab_size
+        if any(t < 0 or t >= vocab for t in prompt):
+            raise RequestError(f"input_ids hold token ids outside the model's vocabulary [0, {vocab}): "
+                               "tokenize with the engine's own tokenizer")
+        seq = Sequence(request_id, list(prompt), len(prompt), max_new_tokens, end_id=end_id, sampling=sampling,
+                       generator=sampling.generator())
+        request = _Request(seq, callback, time.perf_counter())
+        with self._wake:
+            if request_id in self._requests:
+                raise RequestError(f"request id {request_id} is already in the engine: use a new id per request")
+            self._requests[request_id] = request
+            self._inbox.append(request)
+            self._wake.notify()
+
+    def check_request(self, prompt: list[int], max_new_tokens: int) -> None:
+        c = self.config
+        if not prompt:
+            raise RequestError("empty prompt: send at least one input token")
+        if len(prompt) > self.max_input_len:
+            raise RequestError(f"input of {len(prompt)} tokens exceeds the engine's max_input_len {self.max_input_len}: "
+                               "shorten the prompt or rebuild with a larger engine.max_input_len")
+        if max_new_tokens < 1:
+            raise RequestError("request_output_len must be >= 1")
+        if len(prompt) + max_new_tokens > c.max_seq_len:
+            raise RequestError(f"{len(prompt)} input + {max_new_tokens} output tokens exceed the engine's max_seq_len "
+                               f"{c.max_seq_len}: ask for fewer tokens or rebuild with a larger engine.max_seq_len")
+        needed = -(-(len(prompt) + max_new_tokens) // c.block_size)
+        if needed > c.num_blocks:
+            raise RequestError(f"the request needs {needed} KV blocks and the cache has {c.num_blocks}: "
+                               "rebuild with more engine.kv_cache_blocks")
+
+    def abort(self, request_id: str) -> None:
+        with self._wake:
+            self._aborts.append(request_id)
+            self._wake.notify()
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._requests)
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def _drain_inbox(self) -> list[RequestOutput]:
+        with self._wake:
+            arrived, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, []
+        for request in arrived:
+            self.scheduler.add(request.seq)
+        outputs = []
+        for request_id in aborts:
+            request = self._requests.get(request_id)
+            if request is not None and self.scheduler.abort(request_id) is not None:
+                outputs.append((request, self._output(request, [], time.perf_counter())))
+        return outputs
+
+    def step(self) -> StepRecord | None:
+        """One iteration; None when there was nothing to run."""
+        outputs = self._drain_inbox()
+        start_wall, start = time.time(), time.perf_counter()
+        batch = self.scheduler.schedule()
+        record = None
+        if batch:
+            forward_s, emitted = self._run(batch)
+            now = time.perf_counter()
+            accepted = 0
+            for item, new, tokens in emitted:
+                request = self._requests[item.seq.request_id]
+                outputs.append((request, self._output(request, tokens, now)))
+                accepted += len(new) - 1 if item.draft else 0
+            record = self._record(batch, start_wall, now - start, forward_s, accepted)
+        for request, output in outputs:
+            self._deliver(request, output)
+        return record
+
+    def _run(self, batch: list[Scheduled]) -> tuple[float, list[tuple[Scheduled, list[int]]]]:
+        step = build_step_input(batch, self.config.block_size)
+        t0 = time.perf_counter()
+        try:
+            logits = self.runner.forward(step)
+        except Exception as exc:  # a failed step fails its requests, not the engine
+            for item in batch:
+                self.scheduler.finish(item.seq, "error")
+                request = self._requests.get(item.seq.request_id)
+                if request is not None:
+                    self._deliver(request, self._output(request, [], time.perf_counter(), error=f"cpu engine: {exc}"))
+            return time.perf_counter() - t0, []
+        forward_s = time.perf_counter() - t0
+        emitted, row = [], 0
+        for item in batch:
+            seq = item.seq
+            if item.draft:
+                n = len(item.draft) + 1
+                new = verify_draft(logits[row:row + n], item.draft, seq.sampling, seq.generator)
+                row += n
+            elif item.samples:
+                new = [sample(logits[row], seq.sampling, seq.generator)]
+                row += 1
+            else:
+                new = []
+            emitted.append((item, new, self.scheduler.commit(item, new)))
+        return forward_s, emitted
+
+    def _output(self, request: _Request, tokens: list[int], now: float, error: str | None = None) -> RequestOutput:
+        seq = request.seq
+        if tokens and request.first_token_at is None:
+            request.first_token_at = now
+        request.tokens.extend(tokens)
+        self.totals.generated_tokens += len(tokens)
+        finished = seq.finish_reason is not None
+        if finished:
+            self._requests.pop(seq.request_id, None)
+            self.totals.finished_requests += 1
+        return RequestOutput(seq.request_id, tokens, finished, seq.prompt_len, len(request.tokens), request.arrival,
+                             request.first_token_at, seq.finish_reason, error)
+
+    def _deliver(self, request: _Request, output: RequestOutput) -> None:
+        if request.callback is None or not (output.finished or output.new_tokens or output.error):
+            return
+        try:
+            request.callback(output)
+        except Exception:  # a client that went away must not stop the engine
+            if not output.finished:
+                self.abort(output.request_id)
+
+    def _record(self, batch: list[Scheduled], start_wall: float, duration: float, forward_s: float,
+                accepted: int) -> StepRecord:
+        decodes = [item for item in batch if item.is_decode]
+        prefills = [item for item in batch if not item.is_decode]
+        self._step_index += 1
+        self.totals.steps += 1
+        self.totals.prompt_tokens += sum(item.num_new for item in prefills)
+        blocks = self.scheduler.blocks
+        record = StepRecord(
+            step=self._step_index, start=start_wall, duration=duration, forward=forward_s, batch_size=len(batch),
+            context_requests=len(prefills), generation_requests=len(decodes),
+            prefill_tokens=sum(item.num_new for item in prefills),
+            decode_tokens=sum(item.query_len for item in decodes),
+            draft_tokens=sum(len(item.draft) for item in decodes),
+            accepted_tokens=accepted, kv_blocks_used=blocks.num_used, kv_blocks_max=blocks.num_blocks,
+            waiting=len(self.scheduler.waiting), preempted=self.scheduler.paused_last_step)
+        self.last_step = record
+        self.timeline.add(record)
+        if self.on_step is not None:
+            self.on_step(record)
+        return record
+
+    def run_until_idle(self) -> None:
+        while True:
+            if self.step() is not None:
+                continue
+            if not (self.scheduler.has_work or self._inbox):
+                return
+            if not self.scheduler.running and not self._inbox:
+                raise RuntimeError("the engine cannot schedule its waiting requests (KV cache or token budget too small)")
+
+    def start(self) -> None:
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="cpu-engine", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not (self._stopping or self._inbox or self._aborts or self.scheduler.has_work):
+                    self._wake.wait()
+                if self._stopping and not self.scheduler.has_work and not self._inbox:
+                    return
+            self.step()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Let requests in flight finish (up to `timeout`), then abort what is left and end the loop."""
+        if self._thread is None:
+            return
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            for request_id in list(self._requests):
+                self.abort(request_id)
+            self._thread.join(5)
+        self._thread = None
+        self.timeline.close()
+
+    # ---- convenience ---------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, *, end_id: int | None = None,
+                 sampling: SamplingParams | list[SamplingParams] = GREEDY) -> list[list[int]]:
+        """Run prompts to completion in the caller's thread (all submitted before the first step)."""
+        results: dict[str, list[int]] = {}
+        params = sampling if isinstance(sampling, list) else [sampling] * len(prompts)
+        ids = [f"generate-{self._step_index}-{i}" for i in range(len(prompts))]
+        for request_id, prompt, p in zip(ids, prompts, params):
+            results[request_id] = []
+            self.add_request(request_id, prompt, max_new_tokens, end_id=end_id, sampling=p,
+                             callback=lambda out: results[out.request_id].extend(out.new_tokens))
+        self.run_until_idle()
+        return [results[i] for i in ids]
