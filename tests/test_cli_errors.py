@@ -125,3 +125,32 @@ def test_serve_in_foreground_stops_cleanly_on_ctrl_c(tmp_path, tiny_model_dir):
     assert not state.exists()
     with pytest.raises(ProcessLookupError):
         os.kill(server_pid, 0)
+
+
+def test_flag_value_is_blamed_on_the_flag():
+    assert_one_line_error(run_cli("sweep", "--concurrency", "0"), "--concurrency 0", "change --concurrency")
+    assert_one_line_error(run_cli("sweep", "--request-rate", "-1"), "--rate -1.0")
+
+
+def test_sweep_where_every_request_fails_exits_non_zero_and_says_why(tmp_path, tiny_model_dir):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: nowhere\nmodel:\n  source: {tiny_model_dir}\n"
+                      f"sweep:\n  input_tokens_mean: 16\n  output_tokens: 4\n  request_timeout_s: 10\n"
+                      f"paths:\n  build_dir: {tmp_path / 'b'}\n  runs_dir: {tmp_path / 'runs'}\n")
+    result = run_cli("sweep", "-c", str(config), "--url", f"127.0.0.1:{port}", "--endpoint-type", "kserve",
+                     "--request-count", "2", "--concurrency", "1")
+    assert_one_line_error(result, "every request of the warm-up failed", "connection")
+    summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
+    assert summary["complete"] is False and "every request" in summary["aborted"]
+
+
+def test_report_out_into_a_missing_folder(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"run": {"config_name": "x"}, "steps": [], "complete": True}))
+    result = run_cli("report", str(run), "--out", str(tmp_path / "new" / "deeper" / "report.md"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "new" / "deeper" / "report.md").is_file()

@@ -164,21 +164,28 @@ def with_sweep(config, **changes):
 def test_openai_front_completions_and_chat(served):
     _, _, handle = served
     base = f"{handle.openai_url}/v1"
-    assert requests.get(f"{base}/models", timeout=5).json()["data"][0]["id"] == "toolkit"
-    body = {"model": "toolkit", "prompt": "Decode is memory bound.", "max_tokens": 5, "ignore_eos": True}
+    assert requests.get(f"{base}/models", timeout=5).json()["data"][0]["id"] == "tiny"  # the config's model name
+    body = {"model": "tiny", "prompt": "Decode is memory bound.", "max_tokens": 5, "ignore_eos": True}
     done = requests.post(f"{base}/completions", json=body, timeout=60).json()
     assert done["object"] == "text_completion" and done["usage"]["completion_tokens"] == 5
     assert done["choices"][0]["finish_reason"] == "length"
     with requests.post(f"{base}/chat/completions", stream=True, timeout=60, json={
-            "model": "toolkit", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
+            "model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
             "min_tokens": 4, "stream": True, "stream_options": {"include_usage": True}}) as response:
         events = [line[5:].strip() for line in response.iter_lines(decode_unicode=True) if line.startswith("data:")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert sum(1 for c in chunks for ch in c["choices"] if ch["delta"].get("content") is not None) >= 4
     assert chunks[-1]["usage"]["completion_tokens"] == 4
-    bad = requests.post(f"{base}/completions", json={"prompt": 3}, timeout=10)
+    bad = requests.post(f"{base}/completions", json={"model": "tiny", "prompt": 3}, timeout=10)
     assert bad.status_code == 400 and "prompt" in bad.json()["error"]["message"]
+    # As the OpenAI API and vLLM answer: unknown model 404; n, temperature and lengths 400 with the reason.
+    unknown = requests.post(f"{base}/completions", json=body | {"model": "gpt-4"}, timeout=10)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    for field, value, needle in (("n", 2, "n=2"), ("temperature", 5, "[0, 2]"), ("max_tokens", 160, "160"),
+                                 ("max_tokens", 158, "max_seq_len")):
+        refused = requests.post(f"{base}/completions", json=body | {field: value}, timeout=60)
+        assert refused.status_code == 400 and needle in refused.json()["error"]["message"], (field, refused.text)
 
 
 @pytest.mark.parametrize("endpoint", ["openai-completions", "openai-chat"])

@@ -142,3 +142,42 @@ def test_server_metric_summary_from_two_scrapes():
     assert s["kv_cache"]["blocks_used_max"] == 60 and s["kv_cache"]["utilization_max"] == pytest.approx(0.6)
     assert s["decode_ms_mean"] == pytest.approx(200.0)
     assert summarize_server_metrics(samples[:1]) == {}
+
+
+def test_genai_perf_and_aiperf_flag_spellings_set_the_same_keys():
+    from click.testing import CliRunner
+
+    from toolkit.cli import cli, sweep_overrides
+
+    seen = {}
+
+    def capture(**flags):
+        seen.update(sweep_overrides(flags))
+
+    command = cli.commands["sweep"]
+    original, command.callback = command.callback, lambda config_path, sets, **flags: capture(**flags)
+    try:
+        result = CliRunner().invoke(cli, [
+            "sweep", "--request-rate", "2", "--request-count", "40", "--synthetic-input-tokens-mean", "100",
+            "--synthetic-input-tokens-stddev", "5", "--output-tokens-mean", "20", "--output-tokens-stddev", "2",
+            "--warmup-request-count", "3", "--random-seed", "7", "--endpoint-type", "chat", "--streaming",
+            "--goodput", "time_to_first_token:100 inter_token_latency:3.4", "--artifact-dir", "out", "-m", "m1",
+            "-u", "http://h:1"])
+    finally:
+        command.callback = original
+    assert result.exit_code == 0, result.output
+    assert seen | {} == seen and {k: v for k, v in seen.items() if v is not None} == {
+        "sweep.request_rates": [2.0], "sweep.mode": "rate", "sweep.requests_per_step": 40,
+        "sweep.input_tokens_mean": 100, "sweep.input_tokens_stddev": 5.0, "sweep.output_tokens": 20,
+        "sweep.output_tokens_stddev": 2.0, "sweep.warmup_requests": 3, "sweep.seed": 7,
+        "sweep.endpoint": "openai-chat", "sweep.slo_ttft_ms": 100.0, "sweep.slo_itl_ms": 3.4,
+        "paths.runs_dir": "out", "sweep.model": "m1", "sweep.url": "http://h:1"}
+
+
+def test_duration_alone_bounds_a_step_by_time():
+    from toolkit.cli import SWEEP_FLAGS, _param_name, sweep_overrides
+
+    flags = {_param_name(decls): None for _, decls, _ in SWEEP_FLAGS} | {"concurrencies": (), "rates": (),
+                                                                         "duration": 30.0}
+    assert sweep_overrides(flags)["sweep.requests_per_step"] == "null"
+    assert sweep_overrides(flags | {"requests": 8})["sweep.requests_per_step"] == 8

@@ -11,13 +11,23 @@ import click
 from toolkit.config import ArtifactLayout, load_config, parse_set_options
 from toolkit.errors import ToolkitError
 
-DEFAULT_CONFIG = "configs/cpu-tiny.yaml"
+# What `make demo` builds, so that `toolkit serve --detach`, `toolkit sweep` ... after the demo find its artifacts.
+DEFAULT_CONFIG = "configs/cpu-small.yaml"
 
 
 def _load(config_path: str, sets: tuple[str, ...], **flags):
     overrides = parse_set_options(sets)
-    overrides.update({k: v for k, v in flags.items() if v is not None and v != ()})
-    config = load_config(config_path, overrides)
+    flags = {k: v for k, v in flags.items() if v is not None and v != ()}
+    overrides.update(flags)
+    try:
+        config = load_config(config_path, overrides)
+    except ToolkitError as exc:
+        key = getattr(exc, "key", None)
+        if key in flags and key in FLAG_FOR_KEY:  # the flag's value is wrong, not the config file
+            value = flags[key]
+            shown = " ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+            raise ToolkitError(f"{FLAG_FOR_KEY[key]} {shown}: {exc.reason}", f"change {FLAG_FOR_KEY[key]}") from None
+        raise
     return config, ArtifactLayout(config)
 
 
@@ -183,38 +193,111 @@ def parse_slo(text: str | None) -> dict:
     return out
 
 
+# genai-perf / AIPerf goodput names (values in ms) → our SLO keys.
+GOODPUT_METRICS = {"time_to_first_token": "ttft", "inter_token_latency": "itl", "request_latency": "latency"}
+
+
+def parse_goodput(text: str | None) -> dict:
+    """genai-perf / AIPerf `--goodput "time_to_first_token:100 inter_token_latency:3.4"` (ms) → sweep.slo_* keys."""
+    if not text:
+        return {}
+    out = {}
+    for part in text.split():
+        name, _, value = part.partition(":")
+        if name not in GOODPUT_METRICS:
+            raise ToolkitError(f"--goodput names {name!r}", f"use {', '.join(GOODPUT_METRICS)} with a value in ms, "
+                                                             'e.g. --goodput "time_to_first_token:100"')
+        try:
+            out[f"sweep.slo_{GOODPUT_METRICS[name]}_ms"] = float(value)
+        except ValueError:
+            raise ToolkitError(f"--goodput {part!r}: {value!r} is not a number of ms",
+                               'write e.g. --goodput "inter_token_latency:3.4"') from None
+    return out
+
+
+# genai-perf / AIPerf --endpoint-type → our endpoint (kserve: Triton's gRPC protocol, as genai-perf uses it).
+ENDPOINT_TYPES = {"chat": "openai-chat", "completions": "openai-completions", "kserve": "triton-grpc"}
+
+# The sweep's flags, one row each: config key (None: handled in the command), the flag's spellings (ours first,
+# then genai-perf / AIPerf's), and click's settings. Errors in a value given by flag name the flag (FLAG_FOR_KEY).
+SWEEP_FLAGS = (
+    ("sweep.concurrencies", ("--concurrency", "concurrencies"), dict(type=int, multiple=True,
+                                                                     help="Requests in flight, repeatable; concurrency mode.")),
+    ("sweep.request_rates", ("--rate", "--request-rate", "rates"), dict(
+        type=float, multiple=True, help="Requests/s, repeatable; switches to rate mode.")),
+    ("sweep.arrival", ("--arrival",), dict(type=click.Choice(["constant", "poisson"]), default=None)),
+    ("sweep.max_concurrency", ("--max-concurrency",), dict(type=int, help="Cap on requests in flight (rate mode).")),
+    ("sweep.endpoint", ("--endpoint",), dict(type=click.Choice(["triton-grpc", "triton-http", "openai-completions",
+                                                                "openai-chat"]))),
+    (None, ("--endpoint-type", "endpoint_type"), dict(type=click.Choice(list(ENDPOINT_TYPES)),
+                                                     help="genai-perf / AIPerf name: chat, completions "
+                                                          "(OpenAI) or kserve (Triton gRPC).")),
+    ("sweep.url", ("--url", "-u"), dict(help="Any server (e.g. an OpenAI-compatible one) instead of `toolkit serve`'s.")),
+    ("sweep.model", ("--model", "-m"), dict(help="Model name to request (Triton model or OpenAI model id).")),
+    ("sweep.requests_per_step", ("--requests", "--request-count", "requests"), dict(type=int, help="Requests per step.")),
+    ("sweep.duration_s", ("--duration", "--benchmark-duration", "duration"), dict(
+        type=float, help="Seconds per step; given without --requests, the step is bounded by time alone.")),
+    ("sweep.step_warmup_requests", ("--step-warmup",), dict(
+        type=int, help="Requests opening each step under its own load, left out of its metrics.")),
+    ("sweep.warmup_requests", ("--warmup-request-count", "warmup_requests"), dict(
+        type=int, help="Warm-up requests once before the first step.")),
+    ("sweep.input_tokens_mean", ("--input-tokens", "--synthetic-input-tokens-mean", "input_tokens"), dict(type=int)),
+    ("sweep.input_tokens_stddev", ("--synthetic-input-tokens-stddev", "input_tokens_stddev"), dict(type=float)),
+    ("sweep.output_tokens", ("--output-tokens", "--output-tokens-mean", "output_tokens"), dict(type=int)),
+    ("sweep.output_tokens_stddev", ("--output-tokens-stddev", "output_tokens_stddev"), dict(type=float)),
+    ("sweep.seed", ("--random-seed", "--seed", "seed"), dict(type=int, help="Seed for prompts, lengths and arrivals.")),
+    (None, ("--slo",), dict(help="Goodput objectives, e.g. ttft=500ms,itl=50ms,latency=5s.")),
+    (None, ("--goodput",), dict(help='genai-perf / AIPerf form, in ms: "time_to_first_token:100 inter_token_latency:3.4".')),
+    ("paths.runs_dir", ("--artifact-dir", "artifact_dir"), dict(help="Folder the run folder is written into "
+                                                                     "(default: paths.runs_dir, perf/runs).")),
+    (None, ("--streaming",), dict(is_flag=True, help="Accepted for genai-perf / AIPerf command lines: the sweep "
+                                                     "always streams (TTFT and ITL need it).")),
+    (None, ("--tokenizer",), dict(help="Tokenizer directory (default: the engine's).")),
+)
+
+FLAG_FOR_KEY = {key: decls[0] for key, decls, _ in SWEEP_FLAGS if key} | {
+    "quantize.qformat": "--qformat", "quantize.kv_cache_dtype": "--kv-cache-dtype", "quantize.export": "--export",
+    "parallel.tp": "--tp", "parallel.pp": "--pp", "engine.target": "--target", "server.openai": "--openai"}
+
+
+def _param_name(decls: tuple[str, ...]) -> str:
+    named = [d for d in decls if not d.startswith("-")]
+    return named[0] if named else next(d for d in decls if d.startswith("--"))[2:].replace("-", "_")
+
+
+def sweep_overrides(flags: dict) -> dict:
+    """Config overrides from the sweep's flags (by parameter name), genai-perf / AIPerf spellings included."""
+    overrides = {key: flags[_param_name(decls)] for key, decls, _ in SWEEP_FLAGS if key}
+    for key in ("sweep.concurrencies", "sweep.request_rates"):
+        overrides[key] = list(overrides[key]) or None
+    if flags["rates"]:
+        overrides["sweep.mode"] = "rate"
+    if flags["endpoint_type"]:
+        chosen = ENDPOINT_TYPES[flags["endpoint_type"]]
+        if flags["endpoint"] and flags["endpoint"] != chosen:
+            raise ToolkitError(f"--endpoint {flags['endpoint']} and --endpoint-type {flags['endpoint_type']} disagree",
+                               "give one of them")
+        overrides["sweep.endpoint"] = chosen
+    if flags["duration"] is not None and flags["requests"] is None:
+        overrides["sweep.requests_per_step"] = "null"  # a duration alone bounds the step, not the config's count
+    return overrides | parse_slo(flags["slo"]) | parse_goodput(flags["goodput"])
+
+
+def sweep_options(func):
+    for _key, decls, settings in reversed(SWEEP_FLAGS):
+        func = click.option(*decls, **({"default": None} | settings))(func)
+    return func
+
+
 @cli.command("sweep")
 @config_options
-@click.option("--concurrency", "concurrencies", type=int, multiple=True, help="Repeatable; concurrency mode.")
-@click.option("--rate", "rates", type=float, multiple=True, help="Requests/s, repeatable; switches to rate mode.")
-@click.option("--arrival", type=click.Choice(["constant", "poisson"]), default=None)
-@click.option("--max-concurrency", type=int, default=None, help="Cap on requests in flight (rate mode).")
-@click.option("--endpoint", type=click.Choice(["triton-grpc", "triton-http", "openai-completions", "openai-chat"]),
-              default=None)
-@click.option("--url", default=None, help="Any server (e.g. an OpenAI-compatible one) instead of `toolkit serve`'s.")
-@click.option("--model", default=None, help="Model name to request (Triton model or OpenAI model id).")
-@click.option("--requests", type=int, default=None, help="Requests per step.")
-@click.option("--duration", type=float, default=None, help="Seconds per step (ends at whichever bound comes first).")
-@click.option("--step-warmup", type=int, default=None,
-              help="Requests opening each step under its own load, left out of its metrics.")
-@click.option("--input-tokens", type=int, default=None)
-@click.option("--output-tokens", type=int, default=None)
-@click.option("--slo", default=None, help="Goodput objectives, e.g. ttft=500ms,itl=50ms,latency=5s.")
-@click.option("--tokenizer", default=None, help="Tokenizer directory (default: the engine's).")
-def sweep_cmd(config_path, sets, concurrencies, rates, arrival, max_concurrency, endpoint, url, model, requests,
-              duration, step_warmup, input_tokens, output_tokens, slo, tokenizer):
+@sweep_options
+def sweep_cmd(config_path, sets, **flags):
     """Streaming load over the running server; writes perf/runs/<time>-<name>/."""
     from toolkit import pipeline
 
-    overrides = {
-        "sweep.concurrencies": list(concurrencies) if concurrencies else None,
-        "sweep.request_rates": list(rates) if rates else None, "sweep.mode": "rate" if rates else None,
-        "sweep.arrival": arrival, "sweep.max_concurrency": max_concurrency, "sweep.endpoint": endpoint,
-        "sweep.url": url, "sweep.model": model, "sweep.requests_per_step": requests, "sweep.duration_s": duration,
-        "sweep.step_warmup_requests": step_warmup,
-        "sweep.input_tokens_mean": input_tokens, "sweep.output_tokens": output_tokens, **parse_slo(slo)}
-    config, layout = _load(config_path, sets, **overrides)
-    run_dir = pipeline.sweep(config, layout, tokenizer_dir=tokenizer)
+    config, layout = _load(config_path, sets, **sweep_overrides(flags))
+    run_dir = pipeline.sweep(config, layout, tokenizer_dir=flags["tokenizer"])
     click.echo(f"run: {run_dir}")
     pipeline.report(run_dir)
     click.echo(f"report: {run_dir / 'report.md'}")

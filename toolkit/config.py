@@ -123,7 +123,8 @@ class SweepSection(_Section):
     endpoint: Literal["triton-grpc", "triton-http", "openai-completions", "openai-chat"] = "triton-grpc"
     # Any server's base URL (e.g. http://host:8000 for vLLM / trtllm-serve); default: the toolkit's own server.
     url: str | None = None
-    model: str = "ensemble"
+    # None: `ensemble` on Triton endpoints; on OpenAI endpoints the first model the server lists on /v1/models.
+    model: str | None = None
     mode: Literal["concurrency", "rate"] = "concurrency"
     concurrencies: list[int] = [1, 2, 4]
     request_rates: list[float] = [1.0]  # requests/s, rate mode
@@ -265,7 +266,10 @@ def validate_config(raw: dict, source: str = "config") -> DeploymentConfig:
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         count = exc.error_count()
         more = f" (+{count - 1} more)" if count > 1 else ""
-        raise ToolkitError(f"{source}: {where}: {first['msg']}{more}", "fix that key (see configs/cpu-tiny.yaml)") from None
+        error = ToolkitError(f"{source}: {where}: {first['msg']}{more}", "fix that key (see configs/cpu-tiny.yaml)")
+        # Which key and why, so that a caller that set the key from a flag can blame the flag instead.
+        error.key, error.reason = where, first["msg"].removeprefix("Value error, ")
+        raise error from None
 
 
 class ArtifactLayout:

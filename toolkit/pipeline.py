@@ -127,6 +127,10 @@ def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:
     from toolkit.report.rundir import RunDir
 
     runs = [RunDir.open(p) for p in (run_dir, *more_runs)]
+    if out is not None:
+        out = Path(out)
+        out = out / "report.md" if out.is_dir() or not out.suffix else out
+        out.parent.mkdir(parents=True, exist_ok=True)
     markdown = write_markdown_report(runs, out)
     write_html_report(runs, markdown.with_suffix(".html"))
     return markdown

@@ -140,9 +140,9 @@ class TritonGrpcClient:
 
     name = "triton-grpc"
 
-    def __init__(self, url: str, model: str = "ensemble"):
+    def __init__(self, url: str, model: str | None = None):
         self.streams = TritonStreams(url)
-        self.model = model
+        self.model = model or "ensemble"
 
     async def prepare(self, concurrency: int) -> None:
         await self.streams.open(concurrency)
@@ -230,9 +230,9 @@ class TritonHttpClient(_SseClient):
 
     name = "triton-http"
 
-    def __init__(self, url: str, model: str = "ensemble"):
+    def __init__(self, url: str, model: str | None = None):
         super().__init__()
-        self.url = f"{url.rstrip('/')}/v2/models/{model}/generate_stream"
+        self.url = f"{url.rstrip('/')}/v2/models/{model or 'ensemble'}/generate_stream"
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         body = {"text_input": text, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
@@ -261,11 +261,24 @@ class OpenAICompletionsClient(_SseClient):
     name = "openai-completions"
     path = "/v1/completions"
 
-    def __init__(self, url: str, model: str):
+    def __init__(self, url: str, model: str | None):
         super().__init__()
         base = url.rstrip("/")
-        self.url = base + self.path if not base.endswith("/v1") else base + self.path[3:]
+        self.base = base if base.endswith("/v1") else base + "/v1"
+        self.url = self.base + self.path[3:]
         self.model = model
+
+    async def prepare(self, concurrency: int) -> None:
+        """No model named: ask the server which it serves (its first on /v1/models), as a user would."""
+        if self.model is None:
+            async with self.session.get(self.base + "/models") as response:
+                listed = (await response.json()).get("data") or [] if response.status == 200 else []
+            if not listed:
+                from toolkit.errors import ToolkitError
+
+                raise ToolkitError(f"{self.base}/models lists no model (HTTP {response.status})",
+                                   "name the model with --model")
+            self.model = listed[0]["id"]
 
     def body(self, text: str, max_tokens: int) -> dict:
         return {"model": self.model, "prompt": text, "max_tokens": max_tokens, "min_tokens": max_tokens,
@@ -274,6 +287,15 @@ class OpenAICompletionsClient(_SseClient):
     @staticmethod
     def piece(choice: dict) -> str | None:
         return choice.get("text")
+
+    @staticmethod
+    def carries_token(choice: dict, piece: str | None) -> bool:
+        """A chunk with text, or an empty-text chunk before the finish: a token arrived whose bytes do not
+        complete a character yet (byte-level BPE), which the server counts in `usage`. Role-only and
+        finish-only chunks carry none."""
+        if piece:
+            return True
+        return piece is not None and choice.get("finish_reason") is None and "role" not in (choice.get("delta") or {})
 
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         pieces = []
@@ -287,7 +309,7 @@ class OpenAICompletionsClient(_SseClient):
                 return
             for choice in event.get("choices") or []:
                 piece = self.piece(choice)
-                if piece:  # role-only and finish chunks carry no output
+                if self.carries_token(choice, piece):
                     record.chunk_times.append(now)
                     pieces.append(piece)
             usage = event.get("usage")

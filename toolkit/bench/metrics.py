@@ -14,6 +14,9 @@ import numpy as np
 from toolkit.bench.records import RequestRecord
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
+# Below this many requests a step's tail percentiles are one or two samples (p99 of 10 is the max):
+# summaries flag the step so that consoles and reports can say so.
+SMALL_SAMPLE = 20
 
 
 class RecordMetric:
@@ -150,10 +153,11 @@ def calculate_metrics(records: list[RequestRecord], slo: Slo | None = None) -> d
     output_tokens = sum(r.output_tokens for r in ok)
     errors_by_kind: dict[str, int] = {}
     for r in failed:
-        kind = r.error_kind or "incomplete"
+        kind = r.error_kind or ("no_output" if r.error is None else "client")
         errors_by_kind[kind] = errors_by_kind.get(kind, 0) + 1
     summary = {
         "request_count": len(ok),
+        "small_sample": len(ok) < SMALL_SAMPLE,
         "error_count": len(failed),
         "errors_by_kind": errors_by_kind,
         "duration_s": duration,

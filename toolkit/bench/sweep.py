@@ -56,6 +56,18 @@ class SweepAborted(ToolkitError):
     pass
 
 
+def _raise_if_nothing_succeeded(records: list[RequestRecord], summary: dict, step: str) -> None:
+    """A run with no successful request measured nothing: stop at the first step where every request
+    failed unless an earlier step succeeded (a failure under higher load is itself a finding)."""
+    if any(r.ok for r in records) or not records or any(s["request_count"] for s in summary["steps"]):
+        return
+    first = next(r for r in records if not r.ok)
+    summary["aborted"] = f"every request of {step} failed: {first.error}"
+    raise SweepAborted(f"every request of {step} failed ({len(records)} of {len(records)}: {first.error_kind}: "
+                       f"{first.error})", "check the URL, endpoint and model name (--url, --endpoint, --model) "
+                                          "and the server log; the records are saved in the run directory")
+
+
 def new_run_dir(runs_dir: Path, name: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir, suffix = runs_dir / f"{stamp}-{name}", 1
@@ -126,6 +138,9 @@ async def run_step(client, factory: PromptFactory, settings: SweepSection, shape
                                    settings.request_timeout_s)
             if record.error is None and record.end_time is None:
                 record.error, record.error_kind = "stream ended before the final response", "connection"
+            elif record.error is None and not record.chunk_times:
+                record.error, record.error_kind = "the server finished the request without sending output", \
+                    "no_output"
         except asyncio.TimeoutError:
             record.error, record.error_kind = f"no final response within {settings.request_timeout_s}s", "timeout"
         except Exception as exc:  # noqa: BLE001 — every failure is recorded, named and counted
@@ -189,12 +204,14 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
     slo = slo_of(settings)
     index = 0
     try:
+        await client.prepare(min(settings.warmup_requests, 4) or 1)
         if settings.warmup_requests:
             isl, osl = settings.shapes[0]
             shape = LoadShape("concurrency", min(settings.warmup_requests, 4), max_requests=settings.warmup_requests)
             warm = await run_step(client, factory, settings, shape, isl, osl, "warmup", tokenizer, writer, True, index)
             index += len(warm)
             _raise_if_server_gone(warm, target, summary, "warm-up")
+            _raise_if_nothing_succeeded(warm, summary, "the warm-up")
         for isl, osl in settings.shapes:
             for level in settings.load_levels:
                 step = step_name(settings, level, isl, osl)
@@ -206,7 +223,6 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
                     await client.prepare(shape.max_in_flight)
                 if scraper:
                     scraper.start(step)
-                started = time.perf_counter()
                 samples: list[dict] = []
                 try:
                     records = await run_step(client, factory, settings, shape, isl, osl, step, tokenizer, writer,
@@ -223,8 +239,9 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
                 result["server"] = summarize_server_metrics(samples)
                 summary["steps"].append(result)
                 _write_summary(run_dir, summary)
-                progress(_progress_line(result, time.perf_counter() - started))
+                progress(_progress_line(result))
                 _raise_if_server_gone(records, target, summary, step)
+                _raise_if_nothing_succeeded(records, summary, step)
     finally:
         await client.close()
 
@@ -238,13 +255,19 @@ def _raise_if_server_gone(records, target: Target, summary: dict, step: str) -> 
                                                   "server log, restart it, and rerun the sweep")
 
 
-def _progress_line(result: dict, seconds: float) -> str:
+def _progress_line(result: dict) -> str:
+    """One line per step; its duration is the measured window (first send → last completion, warm-up
+    excluded), the same number the report shows."""
     m = result["metrics"]
 
     def p50(tag):
         return f"{m[tag]['p50']:.1f}" if tag in m else "-"
 
-    errors = f", {result['error_count']} errors" if result["error_count"] else ""
-    return (f"  {result['step']:>16}: {result['request_count']} requests in {seconds:.1f}s{errors} | "
+    errors = ""
+    if result["error_count"]:
+        kinds = ", ".join(f"{count} {kind}" for kind, count in result["errors_by_kind"].items())
+        errors = f", {result['error_count']} failed ({kinds})"
+    few = f" [only {result['request_count']} requests: percentiles are rough]" if result.get("small_sample") else ""
+    return (f"  {result['step']:>16}: {result['request_count']} requests in {result['duration_s']:.1f}s{errors} | "
             f"TTFT p50 {p50('time_to_first_token')} ms | ITL p50 {p50('inter_token_latency')} ms | "
-            f"{result['output_token_throughput']['avg']:.1f} tok/s")
+            f"{result['output_token_throughput']['avg']:.1f} tok/s{few}")

@@ -24,69 +24,175 @@ def chat_prompt(messages: list[dict], tokenizer) -> str:
     return "\n".join(lines) + "\nassistant:"
 
 
+class BackendError(RuntimeError):
+    """The Triton call failed: `refused` when the server answered the request with an error (bad input,
+    over the engine's limits), else the connection or model failed."""
+
+    def __init__(self, message: str, refused: bool):
+        super().__init__(message)
+        self.refused = refused
+
+
+# OpenAI sampling fields → the ensemble's optional inputs (TensorRT-LLM's names), passed when the model has them.
+SAMPLING_INPUTS = {"temperature": ("temperature", "FP32"), "top_p": ("top_p", "FP32"), "top_k": ("top_k", "INT32"),
+                   "seed": ("random_seed", "UINT64")}
+
+
 class TritonBackend:
     def __init__(self, grpc_url: str, model: str):
         self.url = grpc_url
         self.streams = None  # made on first use, inside the server's event loop
         self.model = model
+        self.inputs: set[str] | None = None
 
-    async def stream(self, text: str, max_tokens: int, ignore_eos: bool):
-        """Yields (text delta, tokens in this response)."""
-        import grpc
+    async def input_names(self) -> set[str]:
+        """The model's input tensors (asked once): which sampling fields it can take."""
+        if self.inputs is None:
+            from tritonclient.grpc import service_pb2
 
+            self._open()
+            metadata = await self.streams.stub.ModelMetadata(service_pb2.ModelMetadataRequest(name=self.model))
+            self.inputs = {tensor.name for tensor in metadata.inputs}
+        return self.inputs
+
+    def _open(self) -> None:
         if self.streams is None:
             self.streams = TritonStreams(self.url)
+
+    async def stream(self, text: str, max_tokens: int, ignore_eos: bool, sampling: dict | None = None):
+        """Yields (text delta, tokens in this response); raises BackendError."""
+        import grpc
+
+        self._open()
         call = self.streams.acquire()
         finished = False
+        request = ensemble_request(self.model, text, max_tokens, ignore_eos)
+        for name, (tensor, datatype, value) in (sampling or {}).items():
+            request.inputs.add(name=tensor, datatype=datatype, shape=[1, 1])
+            request.raw_input_contents.append(_pack(datatype, value))
         try:
-            await call.write(ensemble_request(self.model, text, max_tokens, ignore_eos))
+            await call.write(request)
             while True:
                 response = await call.read()
                 if response is grpc.aio.EOF:
-                    raise RuntimeError("the Triton gRPC stream closed before the last response")
+                    raise BackendError("the Triton gRPC stream closed before the last response", refused=False)
                 piece, count, final, error = read_stream_response(response)
                 if error is not None:
-                    raise RuntimeError(error)
+                    raise BackendError(error, refused=True)
                 if piece is not None:
                     yield piece, count if count is not None else 1
                 if final:
                     finished = True
                     return
         except grpc.aio.AioRpcError as exc:
-            raise RuntimeError(describe_rpc_error(exc)[0]) from exc
+            raise BackendError(describe_rpc_error(exc)[0], refused=False) from exc
         finally:
             self.streams.release(call, finished)
 
 
-def make_app(backend: TritonBackend, tokenizer, served_name: str):
+def _pack(datatype: str, value) -> bytes:
+    import struct
+
+    return struct.pack({"FP32": "<f", "INT32": "<i", "UINT64": "<Q"}[datatype], value)
+
+
+def error_body(message: str, kind: str, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+class InvalidRequest(ValueError):
+    def __init__(self, message: str, status: int = 400, code: str | None = None):
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+def parse_request(body: dict, chat: bool, served_name: str, max_seq_len: int | None, inputs: set[str]) -> dict:
+    """Validate an OpenAI request as the OpenAI API and vLLM do (404 for an unknown model, 400 with the
+    reason for the rest); returns what the backend call needs. Pure: no I/O."""
+    model = body.get("model")
+    if model != served_name:
+        raise InvalidRequest(f"The model `{model}` does not exist: this server serves `{served_name}` (GET /v1/models)",
+                             status=404, code="model_not_found")
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise InvalidRequest("messages must be a non-empty list")
+        prompt = None
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
+                raise InvalidRequest("send one prompt per request (a list of one string)")
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise InvalidRequest("prompt must be a string")
+    n = body.get("n", 1)
+    if n != 1:
+        raise InvalidRequest(f"n={n} is not supported: this server returns one choice per request; send n=1")
+    raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = 16 if raw_max is None else raw_max
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise InvalidRequest(f"max_tokens must be an integer >= 1, got {raw_max!r}")
+    if max_seq_len is not None and max_tokens >= max_seq_len:
+        raise InvalidRequest(f"max_tokens={max_tokens} leaves no room for the prompt: this model's maximum context "
+                             f"length is {max_seq_len} tokens (prompt + completion); ask for fewer tokens")
+    sampling = {}
+    for field, (tensor, datatype) in SAMPLING_INPUTS.items():
+        value = body.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise InvalidRequest(f"{field} must be a number, got {value!r}")
+        if field == "temperature" and not 0 <= value <= 2:
+            raise InvalidRequest(f"temperature={value} must be within [0, 2]")
+        if field == "top_p" and not 0 < value <= 1:
+            raise InvalidRequest(f"top_p={value} must be within (0, 1]")
+        if tensor in inputs:
+            sampling[field] = (tensor, datatype, int(value) if datatype != "FP32" else float(value))
+        elif not _is_greedy(field, value):
+            raise InvalidRequest(f"{field}={value} is not supported: this deployment's model ({', '.join(sorted(inputs))})"
+                                 " decodes greedily; send temperature 0 or leave the sampling fields out")
+    min_tokens = body.get("min_tokens") or 0
+    return {"prompt": prompt, "max_tokens": max_tokens, "sampling": sampling,
+            # ignore_eos (vLLM / trtllm-serve) or min_tokens == max_tokens: generate exactly max_tokens.
+            "ignore_eos": bool(body.get("ignore_eos") or (isinstance(min_tokens, int) and min_tokens >= max_tokens)),
+            "stream": bool(body.get("stream")),
+            "include_usage": bool((body.get("stream_options") or {}).get("include_usage"))}
+
+
+def _is_greedy(field: str, value) -> bool:
+    """Values that ask for nothing beyond greedy decoding (what a model without sampling inputs does)."""
+    return {"temperature": value == 0, "top_p": value == 1, "top_k": value in (0, 1), "seed": True}[field]
+
+
+def make_app(backend: TritonBackend, tokenizer, served_name: str, max_seq_len: int | None = None):
     from aiohttp import web
 
     async def models(_request):
         return web.json_response({"object": "list", "data": [{"id": served_name, "object": "model",
-                                                              "owned_by": "toolkit"}]})
+                                                              "owned_by": "toolkit", "max_model_len": max_seq_len}]})
 
-    def bad_request(message: str):
-        return web.json_response({"error": {"message": message, "type": "invalid_request_error"}}, status=400)
+    def error(message: str, status: int, code: str | None = None):
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return web.json_response(error_body(message, kind, code), status=status)
 
     async def generate(request, chat: bool):
         try:
             body = await request.json()
         except json.JSONDecodeError:
-            return bad_request("body is not JSON")
-        if chat:
-            if not isinstance(body.get("messages"), list):
-                return bad_request("messages must be a list")
-            prompt = chat_prompt(body["messages"], tokenizer)
-        else:
-            prompt = body.get("prompt")
-            prompt = prompt[0] if isinstance(prompt, list) and prompt else prompt
-            if not isinstance(prompt, str):
-                return bad_request("prompt must be a string")
-        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
-        # ignore_eos (vLLM / trtllm-serve) or min_tokens == max_tokens: generate exactly max_tokens.
-        ignore_eos = bool(body.get("ignore_eos") or int(body.get("min_tokens") or 0) >= max_tokens)
-        stream = bool(body.get("stream"))
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return error("body is not JSON", 400)
+        if not isinstance(body, dict):
+            return error("body must be a JSON object", 400)
+        try:
+            inputs = await backend.input_names()
+        except Exception as exc:  # noqa: BLE001 — Triton is down or the model is not loaded
+            return error(f"the Triton model {backend.model} is not available: {str(exc).splitlines()[0]}", 503)
+        try:
+            req = parse_request(body, chat, served_name, max_seq_len, inputs)
+        except InvalidRequest as exc:
+            return error(str(exc), exc.status, exc.code)
+        prompt = chat_prompt(body["messages"], tokenizer) if chat else req["prompt"]
+        max_tokens, stream = req["max_tokens"], req["stream"]
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
@@ -104,15 +210,23 @@ def make_app(backend: TritonBackend, tokenizer, served_name: str):
             return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
                     "total_tokens": prompt_tokens + completion}
 
+        tokens = backend.stream(prompt, max_tokens, req["ignore_eos"], req["sampling"])
+        try:  # Before any byte is sent, a refusal is still an HTTP status (as vLLM answers it), not an event.
+            first = await anext(tokens, None)
+        except BackendError as exc:
+            return error(str(exc), 400 if exc.refused else 503)
         completion_tokens = 0
         if not stream:
             pieces = []
             try:
-                async for text, count in backend.stream(prompt, max_tokens, ignore_eos):
+                if first is not None:
+                    pieces.append(first[0])
+                    completion_tokens += first[1]
+                async for text, count in tokens:
                     pieces.append(text)
                     completion_tokens += count
-            except RuntimeError as exc:
-                return web.json_response({"error": {"message": str(exc), "type": "server_error"}}, status=500)
+            except BackendError as exc:
+                return error(str(exc), 500)
             finish = "length" if completion_tokens >= max_tokens else "stop"
             return web.json_response({"id": rid, "object": kind, "created": created, "model": served_name,
                                       "choices": [choice("".join(pieces), finish)], "usage": usage(completion_tokens)})
@@ -128,15 +242,18 @@ def make_app(backend: TritonBackend, tokenizer, served_name: str):
             await event({"id": rid, "object": chunk_kind, "created": created, "model": served_name, **fields})
 
         try:
-            async for text, count in backend.stream(prompt, max_tokens, ignore_eos):
+            if first is not None:
+                completion_tokens += first[1]
+                await chunk(choices=[choice(first[0], None)])
+            async for text, count in tokens:
                 completion_tokens += count
                 await chunk(choices=[choice(text, None)])
             finish = "length" if completion_tokens >= max_tokens else "stop"
             await chunk(choices=[choice("", finish)])
-            if include_usage:
+            if req["include_usage"]:
                 await chunk(choices=[], usage=usage(completion_tokens))
-        except RuntimeError as exc:
-            await event({"error": {"message": str(exc), "type": "server_error"}})
+        except BackendError as exc:
+            await event(error_body(str(exc), "server_error"))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -159,10 +276,11 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", default="tensorrt_llm_bls", help="Triton model to call")
-    parser.add_argument("--served-name", default="toolkit", help="model id reported on /v1/models")
+    parser.add_argument("--served-name", default="toolkit", help="model id reported on /v1/models (and required)")
+    parser.add_argument("--max-seq-len", type=int, default=None, help="the engine's max_seq_len (prompt + completion)")
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    web.run_app(make_app(TritonBackend(args.grpc_url, args.model), tokenizer, args.served_name),
+    web.run_app(make_app(TritonBackend(args.grpc_url, args.model), tokenizer, args.served_name, args.max_seq_len),
                 host=args.host, port=args.port, print=None)
 
 

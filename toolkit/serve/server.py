@@ -173,7 +173,8 @@ def start_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state
         _wait_ready(proc, handle, server.startup_timeout_s, log_file)
         if server.openai:
             handle.openai_port = ports["openai"]
-            handle.openai_pid = _start_openai_front(handle, repo_dir, log_file.parent / f"{config.name}.openai.log")
+            handle.openai_pid = _start_openai_front(handle, repo_dir, log_file.parent / f"{config.name}.openai.log",
+                                                    config.model.display_name, config.engine.max_seq_len)
     except BaseException:
         _terminate(proc.pid)
         raise
@@ -205,14 +206,16 @@ def _wait_ready(proc: subprocess.Popen, handle: ServerHandle, timeout_s: float, 
                        f"raise server.startup_timeout_s or read {log_file}")
 
 
-def _start_openai_front(handle: ServerHandle, repo_dir: Path, log_path: Path) -> int:
+def _start_openai_front(handle: ServerHandle, repo_dir: Path, log_path: Path, served_name: str,
+                        max_seq_len: int) -> int:
     import sys
 
     manifest = json.loads((repo_dir / "manifest.json").read_text())
     model = "tensorrt_llm_bls" if (repo_dir / "tensorrt_llm_bls").is_dir() else "ensemble"
     cmd = [sys.executable, "-m", "toolkit.serve.openai_front", "--grpc-url", handle.grpc_url,
            "--tokenizer", manifest["outputs"]["tokenizer_dir"], "--host", handle.host,
-           "--port", str(handle.openai_port), "--model", model]
+           "--port", str(handle.openai_port), "--model", model, "--served-name", served_name,
+           "--max-seq-len", str(max_seq_len)]
     proc = subprocess.Popen(cmd, stdout=log_path.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
