@@ -102,3 +102,40 @@ def test_itl_grows_with_load(tmp_path):
     found = {f.check: f for f in diagnose(run)}
     assert "itl_grows_with_load" in found and "×2.5" in found["itl_grows_with_load"].evidence
     assert "ttft_grows_itl_flat" not in found
+
+
+def run_with_engine(tmp_path, engine, ttft_low, ttft_high, high=8, server_high=None):
+    """Two concurrency steps, the run's engine settings recorded as the sweep records them."""
+    run = make_run(tmp_path, {1: [record(i, "c1", ttft_low, [0.02] * 10) for i in range(5)],
+                              high: [record(i, f"c{high}", ttft_high, [0.021] * 10) for i in range(5, 10)]},
+                   server={high: server_high or {}})
+    run.summary["run"] = {"engine": engine}
+    return run
+
+
+def test_ttft_growing_slower_than_load_is_not_waiting(tmp_path):
+    # The demo's case: TTFT ×4.1 for load ×8 with Triton's queue ~0 is not "requests wait".
+    run = run_with_engine(tmp_path, {"max_batch_size": 8, "enable_chunked_context": True}, 0.05, 0.205,
+                          server_high={"tensorrt_llm": {"queue_ms_per_request": 0.02, "compute_ms_per_request": 1}})
+    assert "queueing" not in checks(run)
+
+
+def test_levers_already_pulled_are_not_advised(tmp_path):
+    run = run_with_engine(tmp_path, {"max_batch_size": 8, "enable_chunked_context": True, "max_num_tokens": 1024},
+                          0.05, 1.5, server_high={"tensorrt_llm": {"queue_ms_per_request": 0.02,
+                                                                   "compute_ms_per_request": 1}})
+    found = {f.check: f for f in diagnose(run)}
+    queueing = found["queueing"]
+    assert "do not wait in Triton's queue" in queueing.summary and "queue 0.0 ms" in queueing.evidence
+    for finding in found.values():
+        assert "raise max_batch_size" not in finding.lever and "enable chunked prefill" not in finding.lever
+    assert "max_num_tokens (1024)" in queueing.lever
+
+
+def test_levers_left_open_are_advised(tmp_path):
+    run = run_with_engine(tmp_path, {"max_batch_size": 4, "enable_chunked_context": False}, 0.05, 1.5)
+    found = {f.check: f for f in diagnose(run)}
+    assert found["queueing"].summary.startswith("Requests wait for a batch slot")
+    assert "raise max_batch_size (4) to the concurrency (8)" in found["queueing"].lever
+    assert "enable chunked prefill" in found["queueing"].lever
+    assert "enable chunked prefill" in found["ttft_grows_itl_flat"].lever

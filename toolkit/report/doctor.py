@@ -55,30 +55,72 @@ def check_decode_dominates(run: RunDir) -> list[Finding]:
                     "(concurrency) to share each weight read across more tokens; consider speculative decoding")]
 
 
+def _triton_queue_ms(step: dict) -> float:
+    """Mean time a request of this step waited in Triton's queues (ensemble + engine model), ms."""
+    server = step.get("server") or {}
+    return sum(server.get(m, {}).get("queue_ms_per_request", 0.0) for m in ("ensemble", "tensorrt_llm"))
+
+
+def _engine(run: RunDir) -> dict:
+    """The engine settings the run was measured with (the sweep records them in summary.json)."""
+    return (run.summary.get("run") or {}).get("engine") or {}
+
+
+def _batching_levers(run: RunDir, high: dict) -> list[str]:
+    """Levers that the run's own engine settings leave open for TTFT under load — none that is already
+    pulled (max_batch_size already at the load, chunked prefill already on)."""
+    engine, level = _engine(run), step_level(high)
+    levers = []
+    batch = engine.get("max_batch_size")
+    if batch is not None and high.get("concurrency") and batch < level:
+        levers.append(f"raise max_batch_size ({batch}) to the concurrency ({level:g}): requests beyond it wait "
+                      "for a slot")
+    if engine.get("enable_chunked_context") is False:
+        levers.append("enable chunked prefill (enable_chunked_context) so new prompts share steps with decodes")
+    elif engine.get("enable_chunked_context"):
+        levers.append(f"chunked prefill is on: a smaller max_num_tokens ({engine.get('max_num_tokens', '?')}) "
+                      "caps how long one step's prefill holds the others")
+    return levers
+
+
 def check_queueing(run: RunDir) -> list[Finding]:
     findings = []
     for step in run.steps:
-        server, ttft = step.get("server") or {}, _m(step, "time_to_first_token", "avg")
+        ttft = _m(step, "time_to_first_token", "avg")
         if not ttft:
             continue
-        queue = sum(server.get(m, {}).get("queue_ms_per_request", 0.0) for m in ("ensemble", "tensorrt_llm"))
+        queue = _triton_queue_ms(step)
         if queue / ttft > QUEUE_DOMINANT_SHARE:
             findings.append(Finding("queueing", "warn", f"Queueing dominates TTFT in {step['step']}",
                                     f"Triton queue {queue:.1f} ms of {ttft:.1f} ms mean TTFT ({100 * queue / ttft:.0f} %)",
                                     "more model instances or a larger max_batch_size / max_num_tokens; in rate "
                                     "mode, the arrival rate exceeds what the server finishes: scale out"))
     steps = sorted((s for s in run.steps if _m(s, "time_to_first_token")), key=step_level)
-    if len(steps) >= 2 and not findings:
-        low, high = steps[0], steps[-1]
-        growth = _m(high, "time_to_first_token") / _m(low, "time_to_first_token")
-        prefill_low = (low.get("server") or {}).get("prefill_ms_mean")
-        if growth > TTFT_GROWTH * 2:
-            findings.append(Finding("queueing", "warn", "Requests wait: TTFT grows far faster than load",
-                                    f"TTFT p50 {_m(low, 'time_to_first_token'):.1f} ms at {low['step']} → "
-                                    f"{_m(high, 'time_to_first_token'):.1f} ms at {high['step']} (×{growth:.1f})"
-                                    + (f"; engine prefill at low load {prefill_low:.1f} ms" if prefill_low else ""),
-                                    "requests queue for a batch slot or for prefill: raise max_batch_size and "
-                                    "max_num_tokens, enable chunked prefill, or add capacity"))
+    if len(steps) < 2 or findings:
+        return findings
+    low, high = steps[0], steps[-1]
+    growth = _m(high, "time_to_first_token") / _m(low, "time_to_first_token")
+    load_growth = step_level(high) / step_level(low) if step_level(low) else 0
+    # "Far faster than load": more than the load itself grew (queueing makes TTFT grow superlinearly).
+    if growth <= max(TTFT_GROWTH * 2, load_growth):
+        return findings
+    server = high.get("server") or {}
+    evidence = (f"TTFT p50 {_m(low, 'time_to_first_token'):.1f} ms at {low['step']} → "
+                f"{_m(high, 'time_to_first_token'):.1f} ms at {high['step']} (×{growth:.1f} for load ×{load_growth:g})")
+    if "tensorrt_llm" in server or "ensemble" in server:
+        evidence += f"; Triton queue {_triton_queue_ms(high):.1f} ms per request at {high['step']}"
+    if server.get("prefill_ms_mean"):
+        evidence += f"; engine arrival → first token {server['prefill_ms_mean']:.1f} ms"
+    levers = _batching_levers(run, high) or ["the engine's batch slots and prefill settings are not the limit: "
+                                             "add capacity (replicas, or TP for a faster prefill)"]
+    batch = _engine(run).get("max_batch_size")
+    if batch is not None and high.get("concurrency") and batch < step_level(high):
+        summary = "Requests wait for a batch slot: TTFT grows faster than load"
+    elif "tensorrt_llm" in server or "ensemble" in server:  # Triton's queue is measured and is not where time goes
+        summary = "TTFT grows faster than load, though requests do not wait in Triton's queue"
+    else:
+        summary = "TTFT grows faster than load"
+    findings.append(Finding("queueing", "warn", summary, evidence, "; ".join(levers)))
     return findings
 
 
@@ -103,11 +145,12 @@ def check_ttft_grows_itl_flat(run: RunDir) -> list[Finding]:
         ttft_growth = _m(high, "time_to_first_token") / _m(low, "time_to_first_token")
         itl_growth = _m(high, "inter_token_latency") / _m(low, "inter_token_latency")
         if ttft_growth > TTFT_GROWTH and itl_growth < ITL_FLAT:
+            levers = _batching_levers(run, high) or [
+                "enable chunked prefill (enable_chunked_context) and tune max_num_tokens so prefill chunks share steps"]
             findings.append(Finding("ttft_grows_itl_flat", "warn", "TTFT grows with load while ITL stays flat",
                                     f"TTFT p50 ×{ttft_growth:.1f}, ITL p50 ×{itl_growth:.2f} from {low['step']} "
                                     f"to {high['step']}",
-                                    "new prompts wait behind running decodes for prefill: enable chunked prefill "
-                                    "(enable_chunked_context) and tune max_num_tokens so prefill chunks share steps"))
+                                    "new prompts wait behind running decodes for prefill: " + "; ".join(levers)))
     for step in run.steps:
         p50, p99 = _m(step, "inter_chunk_gap", "p50"), _m(step, "inter_chunk_gap", "p99")
         if p50 and p99 and p99 / p50 > ITL_SPIKE_RATIO:
