@@ -202,3 +202,15 @@ def test_ngram_index_proposes_what_followed_the_latest_match():
     index = NgramIndex(3)
     assert index.propose([1, 2, 3, 9, 1, 2, 3, 7, 1, 2], 3) == [3, 7, 1]
     assert index.propose([5, 6], 3) == []
+
+
+def test_build_refuses_a_kv_cache_smaller_than_one_sequence():
+    from toolkit.engine.cpu import check_cpu_limits
+    from toolkit.engine.engine_config import EngineConfig
+    from toolkit.errors import ToolkitError
+
+    limits = dict(target="cpu", max_batch_size=4, max_input_len=200, max_seq_len=300, max_num_tokens=256,
+                  tokens_per_block=32, qformat="none", kv_cache_dtype="none")
+    with pytest.raises(ToolkitError, match=r"8 blocks x 32 tokens = 256 tokens.*max_seq_len 300.*kv_cache_blocks >= 10"):
+        check_cpu_limits(EngineConfig(kv_cache_blocks=8, **limits))
+    check_cpu_limits(EngineConfig(kv_cache_blocks=10, **limits))

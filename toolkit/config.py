@@ -90,6 +90,9 @@ class EngineSection(_Section):
     batch_scheduler_policy: Literal["max_utilization", "guaranteed_no_evict"] = "guaranteed_no_evict"
     use_cuda_graph: bool = True
     workers: int = Field(1, ge=1)
+    # CPU engine: n-gram (prompt-lookup) speculative decoding, drafts of up to max_draft_len tokens.
+    speculative_decoding: Literal["none", "ngram"] = "none"
+    max_draft_len: int = Field(4, ge=1, le=16)
 
     @model_validator(mode="after")
     def _resolve_auto(self) -> "EngineSection":

@@ -1,8 +1,9 @@
-"""Target `cpu`: the engine directory the CPU engine model loads inside Triton.
+"""Target `cpu`: the engine directory the embedded engine (toolkit/engine/runtime/) serves.
 
-There is nothing to compile on CPU: the engine is the quantized checkpoint (weights + scales, as
-exported by ModelOpt), the tokenizer, and `engine_config.json`. The CPU engine dequantizes the
-weights when it loads them (see toolkit/repo/python_models/cpu_engine.py for what it emulates).
+There is nothing to compile ahead of time on CPU: the engine is the quantized checkpoint (weights
+and scales as ModelOpt exported them, kept in low precision by the runtime's model runner), the
+tokenizer, and `engine_config.json` with the limits. Limits that cannot work are refused here, at
+build, rather than by a server that cannot admit a request.
 """
 
 from __future__ import annotations
@@ -11,11 +12,24 @@ import shutil
 from pathlib import Path
 
 from toolkit.engine.engine_config import EngineConfig
+from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR
+from toolkit.errors import ToolkitError
 
-CHECKPOINT_SUBDIR = "checkpoint"
+
+def check_cpu_limits(engine: EngineConfig) -> None:
+    """One sequence of max_seq_len tokens must fit the paged KV cache, or no full-length request can run."""
+    capacity = engine.kv_capacity_tokens
+    if capacity < engine.max_seq_len:
+        needed = -(-engine.max_seq_len // engine.tokens_per_block)
+        raise ToolkitError(
+            f"the KV cache holds {engine.kv_cache_blocks} blocks x {engine.tokens_per_block} tokens = {capacity} tokens, "
+            f"less than one sequence of max_seq_len {engine.max_seq_len}",
+            f"set engine.kv_cache_blocks >= {needed} ({needed * engine.max_batch_size} for max_batch_size "
+            f"{engine.max_batch_size} full-length sequences), or lower engine.max_seq_len")
 
 
 def build_cpu_engine(checkpoint_dir: Path, engine_dir: Path, engine: EngineConfig) -> dict:
+    check_cpu_limits(engine)
     target = engine_dir / CHECKPOINT_SUBDIR
     if target.exists():
         shutil.rmtree(target)

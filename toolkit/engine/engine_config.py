@@ -8,9 +8,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from toolkit.config import DeploymentConfig
+from toolkit.engine.runtime.layout import ENGINE_CONFIG_FILE
 from toolkit.errors import ToolkitError
-
-ENGINE_CONFIG_FILE = "engine_config.json"
 
 
 @dataclass(frozen=True)
@@ -26,6 +25,12 @@ class EngineConfig:
     kv_cache_dtype: str
     tp: int = 1
     pp: int = 1
+    # Scheduler options, as TensorRT-LLM names them (there they are Triton model parameters; the CPU
+    # engine reads them from here, and a config.pbtxt parameter of the same name overrides).
+    enable_chunked_context: bool = True
+    enable_kv_cache_reuse: bool = False
+    batch_scheduler_policy: str = "guaranteed_no_evict"
+    max_draft_len: int = 0  # > 0: n-gram speculative decoding (CPU engine)
 
     @classmethod
     def from_deployment(cls, config: DeploymentConfig) -> "EngineConfig":
@@ -33,7 +38,10 @@ class EngineConfig:
         return cls(target=e.target, max_batch_size=e.max_batch_size, max_input_len=e.max_input_len,
                    max_seq_len=e.max_seq_len, max_num_tokens=e.max_num_tokens, tokens_per_block=e.tokens_per_block,
                    kv_cache_blocks=e.kv_cache_blocks, qformat=config.quantize.qformat,
-                   kv_cache_dtype=config.quantize.kv_cache_dtype, tp=config.parallel.tp, pp=config.parallel.pp)
+                   kv_cache_dtype=config.quantize.kv_cache_dtype, tp=config.parallel.tp, pp=config.parallel.pp,
+                   enable_chunked_context=e.enable_chunked_context, enable_kv_cache_reuse=e.enable_kv_cache_reuse,
+                   batch_scheduler_policy=e.batch_scheduler_policy,
+                   max_draft_len=e.max_draft_len if e.speculative_decoding == "ngram" else 0)
 
     def write(self, engine_dir: Path) -> Path:
         path = Path(engine_dir) / ENGINE_CONFIG_FILE

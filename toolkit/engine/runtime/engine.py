@@ -35,6 +35,7 @@ class RequestOutput:
     num_generated: int
     arrival: float  # perf_counter seconds
     first_token_at: float | None
+    at: float  # perf_counter seconds when this output was made
     finish_reason: str | None = None
     error: str | None = None
 
@@ -194,7 +195,7 @@ class Engine:
             self._requests.pop(seq.request_id, None)
             self.totals.finished_requests += 1
         return RequestOutput(seq.request_id, tokens, finished, seq.prompt_len, len(request.tokens), request.arrival,
-                             request.first_token_at, seq.finish_reason, error)
+                             request.first_token_at, now, seq.finish_reason, error)
 
     def _deliver(self, request: _Request, output: RequestOutput) -> None:
         if request.callback is None or not (output.finished or output.new_tokens or output.error):
@@ -278,3 +279,33 @@ class Engine:
                              callback=lambda out: results[out.request_id].extend(out.new_tokens))
         self.run_until_idle()
         return [results[i] for i in ids]
+
+
+def open_engine(engine_dir, *, threads: int | None = None, device: str = "cpu", timeline_path=None,
+                warm_up: bool = True, **options) -> Engine:
+    """The engine for a built CPU engine directory, its runner warmed up. Scheduler options
+    (enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy, max_draft_len) come from the
+    engine's engine_config.json; keyword arguments that are not None override them."""
+    import json
+    from pathlib import Path
+
+    from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR, ENGINE_CONFIG_FILE
+    from toolkit.engine.runtime.model_runner import ModelRunner
+
+    engine_dir = Path(engine_dir)
+    limits = json.loads((engine_dir / ENGINE_CONFIG_FILE).read_text())
+    limits.update({k: v for k, v in options.items() if v is not None})
+    kv_dtype = limits.get("kv_cache_dtype") or "none"
+    runner = ModelRunner(engine_dir / CHECKPOINT_SUBDIR, num_blocks=limits["kv_cache_blocks"],
+                         block_size=limits["tokens_per_block"], kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
+                         threads=threads, device=device)
+    config = SchedulerConfig(
+        max_batch_size=limits["max_batch_size"], max_num_tokens=limits["max_num_tokens"],
+        max_seq_len=limits["max_seq_len"], block_size=limits["tokens_per_block"], num_blocks=limits["kv_cache_blocks"],
+        enable_chunked_context=limits.get("enable_chunked_context", True),
+        enable_kv_cache_reuse=limits.get("enable_kv_cache_reuse", False),
+        batch_scheduler_policy=limits.get("batch_scheduler_policy", "guaranteed_no_evict"),
+        max_draft_len=limits.get("max_draft_len", 0))
+    if warm_up:
+        runner.warm_up(config.max_batch_size, config.max_num_tokens)
+    return Engine(runner, config, max_input_len=limits["max_input_len"], timeline=Timeline(timeline_path))
