@@ -137,7 +137,7 @@ def test_server_metric_summary_from_two_scrapes():
     ]
     s = summarize_server_metrics(samples)
     assert s["tensorrt_llm"]["queue_ms_per_request"] == pytest.approx(2.0)
-    assert s["tensorrt_llm"]["compute_ms_per_request"] == pytest.approx(10.0)
+    assert "compute_ms_per_request" not in s["tensorrt_llm"]  # a decoupled model's execute() is not its compute
     assert s["pending_requests_max"] == 3
     assert s["kv_cache"]["blocks_used_max"] == 60 and s["kv_cache"]["utilization_max"] == pytest.approx(0.6)
     assert s["decode_ms_mean"] == pytest.approx(200.0)

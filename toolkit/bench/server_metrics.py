@@ -114,14 +114,16 @@ def summarize_server_metrics(samples: list[dict], engine_model: str = "tensorrt_
         return {}
     first, last = samples[0]["metrics"], samples[-1]["metrics"]
     out: dict = {"samples": len(samples)}
+    # No per-request compute from Triton's nv_inference_compute_infer_duration_us: the streaming engine
+    # model is decoupled, so it times only the execute() call that hands the request to the engine and
+    # returns (about a millisecond for a request that streams for seconds). The engine's own prefill /
+    # decode histograms below are its compute view.
     for model in ("ensemble", engine_model):
         done = _delta(first, last, "nv_inference_request_success", model=model)
         if done > 0:
             out[model] = {
                 "requests": done,
                 "queue_ms_per_request": _delta(first, last, "nv_inference_queue_duration_us", model=model) / done / 1e3,
-                "compute_ms_per_request": _delta(first, last, "nv_inference_compute_infer_duration_us", model=model)
-                / done / 1e3,
             }
     pending = metric_series(samples, "nv_inference_pending_request_count")
     if pending:

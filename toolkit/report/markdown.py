@@ -37,6 +37,9 @@ def step_table(step: dict) -> str:
     lines.append(f"- Output token throughput: **{fmt(step['output_token_throughput']['avg'])} tokens/s**; "
                  f"request throughput: **{step['request_throughput']['avg']:.3f} requests/s**; "
                  f"{step['request_count']} requests in {step['duration_s']:.2f} s")
+    if step.get("small_sample"):
+        lines.append(f"- Only {step['request_count']} requests: the tail percentiles (p90–p99) rest on one or two "
+                     "of them; measure more (--requests) before comparing tails")
     if step.get("goodput"):
         g = step["goodput"]
         slo = ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in g["slo"].items() if v is not None)
@@ -49,8 +52,7 @@ def step_table(step: dict) -> str:
     parts = []
     for model in ("ensemble", "tensorrt_llm"):
         if model in server:
-            parts.append(f"{model} queue {fmt(server[model]['queue_ms_per_request'])} ms, "
-                         f"compute {fmt(server[model]['compute_ms_per_request'])} ms per request")
+            parts.append(f"{model} queue {fmt(server[model]['queue_ms_per_request'])} ms per request")
     if "kv_cache" in server:
         kv = server["kv_cache"]
         parts.append(f"KV blocks used max {kv['blocks_used_max']:g} of {kv['blocks_max']:g} "
@@ -94,7 +96,8 @@ def run_header(run: RunDir) -> list[str]:
     s = info.get("sweep")
     if s:
         if s.get("mode") == "rate":
-            load = f"rate {s.get('request_rates')} req/s ({s.get('arrival')}, max in flight {s.get('max_concurrency')})"
+            cap = s.get("max_concurrency") or "uncapped"
+            load = f"rate {s.get('request_rates')} req/s ({s.get('arrival')}, max in flight {cap})"
         else:
             load = f"concurrency {s.get('concurrencies')}"
         bound = " and/or ".join(x for x in (f"{s['requests_per_step']} requests" if s.get("requests_per_step") else "",
