@@ -214,3 +214,25 @@ def test_build_refuses_a_kv_cache_smaller_than_one_sequence():
     with pytest.raises(ToolkitError, match=r"8 blocks x 32 tokens = 256 tokens.*max_seq_len 300.*kv_cache_blocks >= 10"):
         check_cpu_limits(EngineConfig(kv_cache_blocks=8, **limits))
     check_cpu_limits(EngineConfig(kv_cache_blocks=10, **limits))
+
+
+def test_timeline_records_each_step_and_exports_a_trace(tmp_path):
+    import json
+    import time
+
+    from toolkit.engine.runtime.timeline import Timeline, copy_window, read_timeline
+
+    config = SchedulerConfig(max_batch_size=4, max_num_tokens=8, max_seq_len=96, block_size=4, num_blocks=32)
+    engine = Engine(PagedTokenRunner(32, 4), config, timeline=Timeline(tmp_path / "timeline.jsonl"))
+    begin = time.time()
+    engine.generate([list(range(1, 20)), [1, 2, 3]], 5)
+    engine.timeline.close()
+    steps = read_timeline(tmp_path / "timeline.jsonl")
+    assert [s.step for s in steps] == list(range(1, len(steps) + 1)) == [r.step for r in engine.timeline.records]
+    assert sum(s.prefill_tokens for s in steps) == 19 + 3
+    assert sum(s.decode_tokens for s in steps) == 2 * 4  # the first token of each comes from its prefill
+    assert all(s.num_tokens <= 8 and s.kv_blocks_used <= 32 and s.duration >= s.forward for s in steps)
+    assert steps[0].context_requests == 1 and steps[0].prefill_tokens == 8  # chunked under max_num_tokens
+    out = copy_window(tmp_path / "timeline.jsonl", tmp_path, begin, time.time())
+    trace = json.loads(out.with_suffix(".trace.json").read_text())
+    assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == len(steps)

@@ -151,7 +151,7 @@ class Engine:
                 request = self._requests[item.seq.request_id]
                 outputs.append((request, self._output(request, tokens, now)))
                 accepted += len(new) - 1 if item.draft else 0
-            record = self._record(batch, start_wall, now - start, forward_s, accepted)
+            record = self._record(batch, start_wall, start, now - start, forward_s, accepted)
         for request, output in outputs:
             self._deliver(request, output)
         return record
@@ -206,7 +206,7 @@ class Engine:
             if not output.finished:
                 self.abort(output.request_id)
 
-    def _record(self, batch: list[Scheduled], start_wall: float, duration: float, forward_s: float,
+    def _record(self, batch: list[Scheduled], start_wall: float, start: float, duration: float, forward_s: float,
                 accepted: int) -> StepRecord:
         decodes = [item for item in batch if item.is_decode]
         prefills = [item for item in batch if not item.is_decode]
@@ -215,7 +215,7 @@ class Engine:
         self.totals.prompt_tokens += sum(item.num_new for item in prefills)
         blocks = self.scheduler.blocks
         record = StepRecord(
-            step=self._step_index, start=start_wall, duration=duration, forward=forward_s, batch_size=len(batch),
+            step=self._step_index, start=start_wall, mono=start, duration=duration, forward=forward_s, batch_size=len(batch),
             context_requests=len(prefills), generation_requests=len(decodes),
             prefill_tokens=sum(item.num_new for item in prefills),
             decode_tokens=sum(item.query_len for item in decodes),

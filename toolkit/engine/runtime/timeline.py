@@ -1,6 +1,6 @@
 """The engine's per-step timeline: what each forward pass did and how long it took.
 
-One `StepRecord` per step (wall-clock start, duration, prefill and decode tokens, batch size, KV
+One `StepRecord` per step (start on the wall and the monotonic clock, duration, prefill and decode tokens, batch size, KV
 blocks in use, ...). The engine keeps the latest records in memory and, when given a path, appends
 each one as a JSON line, so another process (the sweep) can read the steps of a time window while
 the server runs. `chrome_trace` turns records into a Chrome / Perfetto trace (chrome://tracing,
@@ -19,7 +19,8 @@ from pathlib import Path
 @dataclass
 class StepRecord:
     step: int
-    start: float  # wall clock, seconds since the epoch (comparable with request records)
+    start: float  # wall clock, seconds since the epoch
+    mono: float  # time.perf_counter() at the start: the host's monotonic clock, as request records use it
     duration: float  # seconds, scheduling + forward + sampling
     forward: float  # seconds in the model runner
     batch_size: int  # sequences in the step
@@ -76,6 +77,18 @@ def read_timeline(path: str | Path, start: float | None = None, end: float | Non
         if (start is None or record.start >= start) and (end is None or record.start <= end):
             records.append(record)
     return records
+
+
+def copy_window(source: str | Path, run_dir: str | Path, start: float, end: float) -> Path | None:
+    """A run's steps (wall clock start..end) into the run folder: engine_timeline.jsonl and the same as a
+    Chrome / Perfetto trace, engine_timeline.trace.json. None when the engine wrote no steps then."""
+    records = read_timeline(source, start, end)
+    if not records:
+        return None
+    out = Path(run_dir) / "engine_timeline.jsonl"
+    out.write_text("".join(json.dumps(asdict(r)) + "\n" for r in records))
+    out.with_suffix(".trace.json").write_text(json.dumps(chrome_trace(records)))
+    return out
 
 
 def chrome_trace(records: list[StepRecord]) -> dict:
