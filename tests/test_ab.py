@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.bench.ab import compare
+from toolkit.ab.stats import compare
 
 
 def reps(center, count=3, n=40, noise=0.02, seed=0, drift=None):
@@ -61,7 +61,7 @@ def test_per_run_metrics_need_three_repetitions():
 @pytest.mark.e2e
 def test_ab_runs_variants_interleaved(tmp_path, tiny_model_dir):
     from e2e_helpers import tiny_deployment
-    from toolkit.bench.ab_run import parse_variant, run_ab
+    from toolkit.ab.run import parse_variant, run_ab
     import json
 
     config, _ = tiny_deployment(tmp_path, tiny_model_dir, name="ab",
@@ -82,7 +82,7 @@ def test_ab_runs_variants_interleaved(tmp_path, tiny_model_dir):
 
 
 def test_variant_parsing_errors():
-    from toolkit.bench.ab_run import parse_variant
+    from toolkit.ab.run import parse_variant
     from toolkit.errors import ToolkitError
 
     assert parse_variant("kv:engine.enable_kv_cache_reuse=true,quantize.kv_cache_dtype=fp8") == (

@@ -5,7 +5,7 @@ import json
 from toolkit.bench.metrics import calculate_metrics, phase_split
 from toolkit.bench.records import RecordWriter, RequestRecord
 from toolkit.report.doctor import diagnose, write_doctor
-from toolkit.report.rundir import RunDir
+from toolkit.bench.rundir import RunDir
 
 
 def record(i, step, ttft, gaps, isl=64):

@@ -10,7 +10,7 @@ import requests
 from e2e_helpers import deploy, grpc_stream, tiny_deployment
 from toolkit import pipeline
 from toolkit.bench.records import read_records
-from toolkit.report.rundir import RunDir
+from toolkit.bench.rundir import RunDir
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from e2e_helpers import deploy, tiny_deployment
 from toolkit import pipeline
 from toolkit.bench.records import read_records
 from toolkit.bench.sweep import SweepAborted
-from toolkit.report.rundir import RunDir
+from toolkit.bench.rundir import RunDir
 
 pytestmark = pytest.mark.e2e
 

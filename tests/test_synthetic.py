@@ -8,7 +8,7 @@ from toolkit.bench.sweep import Target, run_sweep
 from toolkit.config import validate_config
 from toolkit.errors import ToolkitError
 from toolkit.model.tokenizer import load_tokenizer
-from toolkit.report.rundir import RunDir
+from toolkit.bench.rundir import RunDir
 from toolkit.repo import native
 from toolkit.repo.writer import write_synthetic_repository
 from toolkit.serve.server import running_server

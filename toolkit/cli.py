@@ -310,7 +310,7 @@ def sweep_cmd(config_path, sets, **flags):
 def report_cmd(run_dirs, runs_dir, out):
     """report.md + report.html for one run (default: the latest), or several runs compared on one page."""
     from toolkit import pipeline
-    from toolkit.report.rundir import latest_run
+    from toolkit.bench.rundir import latest_run
 
     runs = list(run_dirs) or [latest_run(runs_dir)]
     path = pipeline.report(*runs, out=out)
@@ -323,7 +323,7 @@ def report_cmd(run_dirs, runs_dir, out):
 def doctor_cmd(run_dir, runs_dir):
     """The troubleshooting checklist over a run's records and server metrics (default: the latest run)."""
     from toolkit import pipeline
-    from toolkit.report.rundir import latest_run
+    from toolkit.bench.rundir import latest_run
 
     _, path = pipeline.doctor(run_dir or latest_run(runs_dir))
     click.echo(path.read_text())
@@ -339,7 +339,7 @@ def doctor_cmd(run_dir, runs_dir):
 @click.option("--out", "out_root", type=click.Path(path_type=Path), default=Path("perf/ab"), show_default=True)
 def ab_cmd(config_path, sets, variants, repeat, out_root):
     """A/B: variants with everything else fixed, repetitions interleaved; better / worse / noise per metric."""
-    from toolkit.bench.ab_run import parse_variant, run_ab
+    from toolkit.ab.run import parse_variant, run_ab
 
     if repeat < 1:
         raise ToolkitError(f"--repeat must be at least 1 (got {repeat})", "use --repeat 3 or more")

@@ -124,7 +124,7 @@ def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:
     """report.md and report.html beside the (first) run; several runs are compared on one page."""
     from toolkit.report.html import write_html_report
     from toolkit.report.markdown import write_markdown_report
-    from toolkit.report.rundir import RunDir
+    from toolkit.bench.rundir import RunDir
 
     runs = [RunDir.open(p) for p in (run_dir, *more_runs)]
     if out is not None:
@@ -139,7 +139,7 @@ def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:
 def doctor(run_dir: Path):
     """The troubleshooting checklist over one run; returns (findings, doctor.md path)."""
     from toolkit.report.doctor import diagnose, write_doctor
-    from toolkit.report.rundir import RunDir
+    from toolkit.bench.rundir import RunDir
 
     run = RunDir.open(run_dir)
     findings = diagnose(run)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.bench.server_metrics import metric_series
-from toolkit.report.rundir import RunDir, step_level
+from toolkit.bench.rundir import RunDir, step_level
 
 DECODE_DOMINANT_SHARE = 0.8
 QUEUE_DOMINANT_SHARE = 0.5

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from toolkit.report import plots
 from toolkit.report.markdown import DEFINITIONS, comparison_table, run_header, step_table, step_title
-from toolkit.report.rundir import RunDir
+from toolkit.bench.rundir import RunDir
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}

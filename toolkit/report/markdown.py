@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.bench.metrics import RECORD_METRICS
-from toolkit.report.rundir import RunDir
+from toolkit.bench.rundir import RunDir
 
 COLUMNS = ["avg", "min", "max", "p50", "p90", "p95", "p99"]
 DEFINITIONS = ("Definitions (genai-perf / AIPerf): TTFT = first response − send; ITL = (latency − TTFT) / "

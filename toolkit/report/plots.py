@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from toolkit.report.rundir import RunDir, step_level
+from toolkit.bench.rundir import RunDir, step_level
 
 
 def _figure(width=7.0, height=4.0):

@@ -12,10 +12,10 @@ import json
 import time
 from pathlib import Path
 
-from toolkit.bench.ab import AB_METRICS, compare, metric_values
+from toolkit.ab.stats import AB_METRICS, compare, metric_values
 from toolkit.config import ArtifactLayout, DeploymentConfig, apply_overrides, validate_config
 from toolkit.errors import ToolkitError
-from toolkit.report.rundir import RunDir
+from toolkit.bench.rundir import RunDir
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:
