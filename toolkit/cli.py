@@ -384,6 +384,34 @@ def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, **overrides):
     click.echo(f"\nplan: {paths['plan']}\nroofline: {paths['roofline']}")
 
 
+@cli.group("deploy")
+def deploy_cmd():
+    """Cluster output: Kubernetes manifests (k8s), and a local autoscaling testbed (testbed)."""
+
+
+@deploy_cmd.command("k8s")
+@config_options
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder to write (default: build/deploy/<name>/k8s); replaced whole, never left partial.")
+@click.option("--autoscaler", type=click.Choice(["hpa", "keda"]), default="hpa", show_default=True,
+              help="hpa: autoscaling/v2 HPA through prometheus-adapter; keda: a KEDA ScaledObject.")
+@click.option("--disaggregated", is_flag=True, help="Also emit a Dynamo graph with the planned prefill/decode split.")
+@click.option("--rate", type=float, default=None, help="Target load for --disaggregated (requests/s).")
+@click.option("--slo", default=None, help="Objectives for --disaggregated, e.g. ttft=500ms,itl=30ms.")
+def deploy_k8s_cmd(config_path, sets, out_dir, autoscaler, disaggregated, rate, slo):
+    """A kustomize folder (one YAML per object) for this deployment, checked before it is written."""
+    from toolkit.deploy.stage import deploy_k8s
+
+    config, layout = _load(config_path, sets, **parse_slo(slo))
+    out_dir = out_dir or layout.build_dir / "deploy" / config.name / "k8s"
+    files, split = deploy_k8s(config, out_dir, autoscaler, disaggregated, rate,
+                              config.sweep.slo_ttft_ms, config.sweep.slo_itl_ms)
+    if split:
+        click.echo(f"split: {split.prefill_replicas} prefill + {split.decode_replicas} decode replicas "
+                   f"(decode batch {split.decode_batch}, expected TTFT {split.expected_ttft_s * 1000:.0f} ms)")
+    click.echo(f"wrote {len(files)} files to {out_dir} (apply: kubectl apply -k {out_dir})")
+
+
 @cli.command("demo")
 @config_options
 def demo_cmd(config_path, sets):

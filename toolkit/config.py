@@ -187,6 +187,52 @@ class PlanSection(_Section):
     runtime_overhead_gb: float = Field(2.0, ge=0)
 
 
+class ArtifactSource(_Section):
+    """Where a cluster pod finds the engine and the model repository: said in the config, never guessed."""
+
+    kind: Literal["pvc", "init-container"]
+    claim: str | None = None  # pvc: a PersistentVolumeClaim holding build/ and model_repo/ (ReadOnlyMany)
+    image: str | None = None  # init-container: an image whose `path` holds them, copied into an emptyDir
+    # Holds build/ and model_repo/ as `toolkit build` and `toolkit repo` wrote them with this as the working
+    # directory (docker/compose.yaml's /work): the repository names its engine by absolute path.
+    path: str = "/work"
+
+    @model_validator(mode="after")
+    def _named(self) -> "ArtifactSource":
+        if self.kind == "pvc" and not self.claim:
+            raise ValueError("artifacts.kind pvc needs artifacts.claim (the PersistentVolumeClaim's name)")
+        if self.kind == "init-container" and not self.image:
+            raise ValueError("artifacts.kind init-container needs artifacts.image (the image holding the artifacts)")
+        return self
+
+
+class DeploySection(_Section):
+    """`toolkit deploy k8s`: the cluster side of the same deployment (toolkit/deploy/)."""
+
+    image: str = "llm-deploy-toolkit:0.1.0"  # built from docker/Dockerfile and pushed where the cluster pulls
+    namespace: str = "llm"
+    gpus_per_node: int = Field(8, ge=1)
+    artifacts: ArtifactSource | None = None
+    min_replicas: int = Field(1, ge=1)
+    max_replicas: int = Field(4, ge=1)
+    # HPA targets, per pod: KV-cache blocks used / max, and requests waiting for a batch slot.
+    kv_occupancy_target: float = Field(0.7, gt=0, le=1)
+    waiting_requests_target: float = Field(4, gt=0)
+    scale_up_window_s: int = Field(0, ge=0, le=3600)  # the HPA's defaults: react up at once,
+    scale_down_window_s: int = Field(300, ge=0, le=3600)  # down only after 5 min of lower recommendations
+    drain_timeout_s: int = Field(120, ge=1)  # in-flight streams get this long to finish on scale-down
+    kv_alert_ratio: float = Field(0.9, gt=0, le=1)
+    slo_ttft_ms: float = Field(2000, gt=0)  # TTFT p95 objective the alert holds the deployment to
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"  # what KEDA queries
+    dynamo_image: str = "nvcr.io/nvidia/ai-dynamo/trtllm-runtime:0.5.1"  # --disaggregated workers
+
+    @model_validator(mode="after")
+    def _range(self) -> "DeploySection":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})")
+        return self
+
+
 class PathsSection(_Section):
     build_dir: str = "build"
     repo_root: str = "model_repo"
@@ -202,6 +248,7 @@ class DeploymentConfig(_Section):
     server: ServerSection = ServerSection()
     sweep: SweepSection = SweepSection()
     plan: PlanSection = PlanSection()
+    deploy: DeploySection = DeploySection()
     paths: PathsSection = PathsSection()
 
     @model_validator(mode="after")

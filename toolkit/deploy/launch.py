@@ -1,0 +1,100 @@
+"""What runs inside a cluster pod: the Triton command line and the small scripts beside it. Pure strings.
+
+Rank 0's tritonserver flags are the ones `toolkit serve` uses (toolkit/serve/server.py), bound to all
+interfaces on Triton's standard ports. TP × PP > 1 on the engine target launches one MPI rank per GPU;
+the LLM-API target runs `trtllm-llmapi-launch` under MPI, which keeps rank 0 serving and turns the
+others into LLM-API workers.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from toolkit.config import ArtifactLayout, DeploymentConfig
+
+PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+# Paths Triton's HTTP endpoint answers without a model name; probes must use one of these.
+TRITON_HEALTH_PATHS = ("/v2/health/ready", "/v2/health/live")
+SCRIPTS_DIR = "/opt/deploy"
+EXIT_TIMEOUT_S = 30  # the `--exit-timeout-secs` of tritonserver_command
+
+
+def pod_layout(config: DeploymentConfig) -> ArtifactLayout:
+    """Where the stages' artifacts lie inside a pod: the same layout, rooted at the artifacts' path."""
+    return ArtifactLayout(config, Path(config.deploy.artifacts.path if config.deploy.artifacts else "/work"))
+
+
+def repo_path(config: DeploymentConfig) -> str:
+    return str(pod_layout(config).repo_dir)
+
+
+def _rank_commands(config: DeploymentConfig) -> list[str]:
+    from toolkit.serve.install import TritonInstall
+    from toolkit.serve.server import tritonserver_command
+
+    install = TritonInstall(binary=Path("tritonserver"))
+    cmd = tritonserver_command(install, Path(repo_path(config)), "0.0.0.0", PORTS, Path("-"),
+                               1 if config.engine.target == "llmapi" else config.parallel.world_size)
+    # In a pod Triton logs to stdout, where the cluster collects it.
+    return [arg for arg in cmd if not arg.startswith("--log-file=")]
+
+
+def server_command(config: DeploymentConfig, hosts: str | None = None) -> str:
+    """The shell command of the serving container (rank 0). `hosts`: an mpirun --host list (multi-node)."""
+    cmd = _rank_commands(config)
+    world = config.parallel.world_size
+    if config.engine.target == "llmapi" and world > 1:
+        cmd = ["mpirun", "--allow-run-as-root", "-np", str(world), "trtllm-llmapi-launch"] + cmd
+    if hosts and cmd[0] == "mpirun":
+        cmd = cmd[:2] + ["--host", "$HOSTS", "-mca", "plm_rsh_agent", f"{SCRIPTS_DIR}/kubessh"] + cmd[2:]
+    text = shlex.join(cmd)
+    return text.replace("'$HOSTS'", '"$HOSTS"')
+
+
+def drain_script(metrics_port: int = PORTS["metrics"]) -> str:
+    """preStop: the pod is already leaving the Service's endpoints; wait until no request is in flight
+    (the engine's active-request gauge reads 0), then let SIGTERM stop Triton."""
+    return f"""#!/usr/bin/env python3
+# preStop drain: give the endpoint controller time to stop routing here, then wait for in-flight streams.
+import re, sys, time, urllib.request
+time.sleep(5)
+deadline = time.time() + float(sys.argv[1]) if len(sys.argv) > 1 else time.time() + 120
+active = re.compile(r'^nv_trt_llm_request_metrics{{[^}}]*request_type="active"[^}}]*}} ([0-9.e+]+)', re.M)
+while time.time() < deadline:
+    try:
+        text = urllib.request.urlopen("http://127.0.0.1:{metrics_port}/metrics", timeout=2).read().decode()
+    except OSError:
+        break
+    values = [float(v) for v in active.findall(text)]
+    if not values or sum(values) == 0:
+        break
+    time.sleep(1)
+"""
+
+
+def leader_script(config: DeploymentConfig, group_size: int) -> str:
+    """Multi-node leader: wait until every pod of its LeaderWorkerSet group runs, then start MPI across them."""
+    slots = config.deploy.gpus_per_node
+    return f"""#!/bin/sh
+# Leader of a LeaderWorkerSet group: the workers idle until mpirun reaches them through kubessh.
+set -eu
+want={group_size}
+while :; do
+  pods=$(kubectl get pods -l "leaderworkerset.sigs.k8s.io/group-key=$GROUP_KEY" \\
+         --field-selector status.phase=Running -o jsonpath='{{.items[*].metadata.name}}')
+  n=$(echo $pods | wc -w)
+  [ "$n" -ge "$want" ] && break
+  echo "waiting for the group's pods: $n of $want running"; sleep 5
+done
+HOSTS=$(for p in $pods; do printf '%s:{slots},' "$p"; done | sed 's/,$//')
+export HOSTS
+exec {server_command(config, hosts="$HOSTS")}
+"""
+
+
+KUBESSH = """#!/bin/sh
+# mpirun's remote shell: run the rank's command inside the named pod of the group.
+pod="$1"; shift
+exec kubectl exec "$pod" -- /bin/sh -c "$*"
+"""
