@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from toolkit.engine.runtime.sampling import GREEDY, SamplingParams, sample, verify_draft
+from toolkit.engine.runtime.sampling import GREEDY, SamplingParams, accept_greedy, sample, verify_draft
 from toolkit.engine.runtime.scheduler import Scheduled, Scheduler, SchedulerConfig, Sequence, build_step_input
 from toolkit.engine.runtime.timeline import StepRecord, Timeline
 
@@ -169,15 +169,17 @@ class Engine:
                     self._deliver(request, self._output(request, [], time.perf_counter(), error=f"cpu engine: {exc}"))
             return time.perf_counter() - t0, []
         forward_s = time.perf_counter() - t0
+        top = logits.argmax(-1).tolist()  # one call for every greedy row of the batch
         emitted, row = [], 0
         for item in batch:
-            seq = item.seq
+            seq, greedy = item.seq, item.seq.sampling.greedy
             if item.draft:
                 n = len(item.draft) + 1
-                new = verify_draft(logits[row:row + n], item.draft, seq.sampling, seq.generator)
+                new = (accept_greedy(item.draft, top[row:row + n]) if greedy
+                       else verify_draft(logits[row:row + n], item.draft, seq.sampling, seq.generator))
                 row += n
             elif item.samples:
-                new = [sample(logits[row], seq.sampling, seq.generator)]
+                new = [top[row] if greedy else sample(logits[row], seq.sampling, seq.generator)]
                 row += 1
             else:
                 new = []

@@ -73,28 +73,29 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     return int(torch.multinomial(probabilities(logits, params), 1, generator=generator))
 
 
+def accept_greedy(draft: list[int], targets: list[int]) -> list[int]:
+    """Greedy verification: `targets` are the target model's argmax after the last accepted token and
+    after each draft token. Draft tokens are kept while they equal the target's; then the target's own."""
+    for i, token in enumerate(draft):
+        if targets[i] != token:
+            return draft[:i] + [targets[i]]
+    return draft + [targets[len(draft)]]
+
+
 def verify_draft(logits: torch.Tensor, draft: list[int], params: SamplingParams,
                  generator: torch.Generator | None) -> list[int]:
-    """Speculative verification: logits [len(draft) + 1, vocab] at the last accepted token and each draft
-    token. Returns the accepted draft prefix plus one token from the target model.
-
-    Greedy: a draft token is accepted while it equals the target's argmax. Sampling: the draft is a
-    point mass, so the standard rejection rule accepts token d with probability p(d) and, on rejection,
-    draws from p with d removed; the output then follows the target distribution exactly.
-    """
+    """Speculative verification when sampling: logits [len(draft) + 1, vocab] after the last accepted
+    token and each draft token. The draft is a point mass, so the standard rejection rule accepts token d
+    with probability p(d) and, on rejection, draws from p with d removed: the output follows the target
+    distribution exactly. Returns the accepted draft prefix plus one token drawn from the target."""
     out: list[int] = []
     for i, token in enumerate(draft):
-        if params.greedy:
-            target = int(torch.argmax(logits[i]))
-            if target != token:
-                return out + [target]
-        else:
-            probs = probabilities(logits[i], params)
-            if float(torch.rand((), generator=generator)) >= float(probs[token]):
-                residual = probs.clone()
-                residual[token] = 0.0
-                if float(residual.sum()) <= 0:  # p(d) was 1: cannot be rejected, guard rounding
-                    return out + [token]
-                return out + [int(torch.multinomial(residual / residual.sum(), 1, generator=generator))]
+        probs = probabilities(logits[i], params)
+        if float(torch.rand((), generator=generator)) >= float(probs[token]):
+            residual = probs.clone()
+            residual[token] = 0.0
+            if float(residual.sum()) <= 0:  # p(d) was 1: cannot be rejected, guard rounding
+                return out + [token]
+            return out + [int(torch.multinomial(residual / residual.sum(), 1, generator=generator))]
         out.append(token)
     return out + [sample(logits[len(draft)], params, generator)]
