@@ -211,7 +211,8 @@ def test_rate_mode_sweep_with_slo_and_server_summary(served):
     assert server["tensorrt_llm"]["requests"] >= 1 and "queue_ms_per_request" in server["ensemble"]
     assert server["kv_cache"]["source"] == "cpu_engine" and server["kv_cache"]["blocks_max"] == 32
     assert (run_dir / "exports" / "rate_20" / "profile_export_genai_perf.json").is_file()
-    assert (run_dir / "exports" / "profile_export.jsonl").is_file()
+    aiperf = run_dir / "exports" / "tiny-triton-grpc-concurrency3-request_rate20.0"  # AIPerf's folder naming
+    assert (aiperf / "profile_export.jsonl").is_file() and (aiperf / "profile_export_aiperf.json").is_file()
 
 
 def test_html_report_compares_runs(served, tmp_path):

@@ -104,10 +104,10 @@ def test_genai_perf_and_aiperf_exports(tmp_path):
     csv_text = (tmp_path / "exports" / "concurrency_1" / "profile_export_genai_perf.csv").read_text()
     assert csv_text.startswith("Metric,avg,min,max,p99,p95,p90,p75,p50,p25")
     assert "Time To First Token (ms),200.00" in csv_text and "Request Throughput (per sec)" in csv_text
-    lines = (tmp_path / "exports" / "profile_export.jsonl").read_text().splitlines()
-    first = json.loads(lines[0])
+    lines = (tmp_path / "exports" / "tiny-triton-grpc-concurrency1" / "profile_export.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])  # AIPerf's per-request records (more in tests/test_exports.py)
     assert first["metrics"]["time_to_first_token"] == {"value": pytest.approx(100), "unit": "ms"}
-    assert len(first["metrics"]["inter_chunk_gap"]["value"]) == 4
+    assert len(first["metrics"]["inter_chunk_latency"]["value"]) == 4
 
 
 PROM = """# HELP nv_inference_request_success x

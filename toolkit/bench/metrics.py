@@ -1,7 +1,9 @@
 """Metric math, pure: records in, statistics out. Definitions follow genai-perf / AIPerf.
 
-One class per metric with its unit (AIPerf style). Record metrics give one value per request
-(or several, for per-chunk gaps); aggregate metrics give one number per step.
+One class per metric (AIPerf style) with its unit, which direction is better, and its names in
+AIPerf's and genai-perf's exports: the sweep summary, the exports, the reports and A/B all read them
+from here. Record metrics give one value per request (or several, for per-chunk gaps); step metrics
+give one number per step.
 """
 
 from __future__ import annotations
@@ -19,17 +21,64 @@ PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 SMALL_SAMPLE = 20
 
 
-class RecordMetric:
-    tag: str  # key in summaries and exports
+class Metric:
+    """What a metric is beyond its values: its unit, which way is better, and its names elsewhere.
+
+    `tag` is the key in our summaries; `aiperf_tag` the key AIPerf (and genai-perf, for the metrics it
+    has) use in their JSON exports, `export_unit` their unit string, `aiperf_header` the CSV label AIPerf
+    writes (None: AIPerf has no such metric, ours only) and `genai_perf_header` genai-perf's CSV label.
+    """
+
+    tag: str
     unit: str
-    header: str  # row label in reports
+    header: str  # row label in our reports
+    lower_is_better: bool | None = True  # None: neither direction is better (a count, a length)
+    aiperf_tag: str | None = None  # defaults to tag
+    aiperf_header: str | None = None
+    genai_perf_header: str | None = None
+    export_unit: str | None = None  # defaults to unit
+
+    @property
+    def export_tag(self) -> str:
+        return self.aiperf_tag or self.tag
+
+    @property
+    def exported_unit(self) -> str:
+        return self.export_unit or self.unit
+
+    @property
+    def direction(self) -> str:
+        return {True: "lower is better", False: "higher is better", None: ""}[self.lower_is_better]
+
+    def improved(self, baseline: float, candidate: float) -> bool | None:
+        """Is candidate better than baseline? None where no direction is better."""
+        if self.lower_is_better is None or candidate == baseline:
+            return None
+        return (candidate < baseline) == self.lower_is_better
+
+
+class RecordMetric(Metric):
+    """One value per request (or several, for per-chunk gaps): reported as a distribution."""
 
     def values(self, record: RequestRecord) -> list[float]:
         raise NotImplementedError
 
 
+class StepMetric(Metric):
+    """One number per step (a throughput, a count), from the step's successful records and its window."""
+
+    def compute(self, ok: list[RequestRecord], duration: float) -> float:
+        raise NotImplementedError
+
+    def of(self, step: dict) -> float | None:
+        """The value a step summary holds."""
+        value = step.get(self.tag)
+        return value["avg"] if isinstance(value, dict) else value
+
+
 class TimeToFirstToken(RecordMetric):
     tag, unit, header = "time_to_first_token", "ms", "Time to first token"
+    aiperf_header, genai_perf_header = "Time to First Token", "Time To First Token"
 
     def values(self, r):
         return [r.ttft * 1e3]
@@ -37,6 +86,7 @@ class TimeToFirstToken(RecordMetric):
 
 class TimeToSecondToken(RecordMetric):
     tag, unit, header = "time_to_second_token", "ms", "Time to second token"
+    aiperf_header, genai_perf_header = "Time to Second Token", "Time To Second Token"
 
     def values(self, r):
         return [(r.chunk_times[1] - r.chunk_times[0]) * 1e3] if len(r.chunk_times) > 1 else []
@@ -46,6 +96,7 @@ class InterTokenLatency(RecordMetric):
     """(end-to-end − TTFT) / (output tokens − 1). vLLM calls this TPOT."""
 
     tag, unit, header = "inter_token_latency", "ms", "Inter-token latency"
+    aiperf_header, genai_perf_header = "Inter Token Latency", "Inter Token Latency"
 
     def values(self, r):
         itl = r.inter_token_latency
@@ -56,6 +107,7 @@ class InterChunkGap(RecordMetric):
     """Every gap between consecutive streamed responses (vLLM's ITL): shows stalls the mean hides."""
 
     tag, unit, header = "inter_chunk_gap", "ms", "Inter-chunk gap"
+    aiperf_tag, aiperf_header = "inter_chunk_latency", "Inter Chunk Latency"
 
     def values(self, r):
         return [g * 1e3 for g in r.chunk_gaps]
@@ -63,15 +115,17 @@ class InterChunkGap(RecordMetric):
 
 class RequestLatency(RecordMetric):
     tag, unit, header = "request_latency", "ms", "Request latency"
+    aiperf_header, genai_perf_header = "Request Latency", "Request Latency"
 
     def values(self, r):
         return [r.e2e_latency * 1e3]
 
 
 class PrefillShare(RecordMetric):
-    """TTFT as a share of the request latency: which phase a request's latency is spent in."""
+    """TTFT as a share of the request latency: which phase a request's latency is spent in (ours only)."""
 
     tag, unit, header = "prefill_share", "%", "TTFT share of latency"
+    lower_is_better = None
 
     def values(self, r):
         return [100 * r.ttft / r.e2e_latency] if r.e2e_latency else []
@@ -79,6 +133,8 @@ class PrefillShare(RecordMetric):
 
 class InputSequenceLength(RecordMetric):
     tag, unit, header = "input_sequence_length", "tokens", "Input sequence length"
+    aiperf_header, genai_perf_header = "Input Sequence Length", "Input Sequence Length"
+    lower_is_better = None
 
     def values(self, r):
         return [r.input_tokens]
@@ -86,6 +142,8 @@ class InputSequenceLength(RecordMetric):
 
 class OutputSequenceLength(RecordMetric):
     tag, unit, header = "output_sequence_length", "tokens", "Output sequence length"
+    aiperf_header, genai_perf_header = "Output Sequence Length", "Output Sequence Length"
+    lower_is_better = None
 
     def values(self, r):
         return [r.output_tokens]
@@ -95,23 +153,81 @@ class OutputTokenThroughputPerUser(RecordMetric):
     """1 / ITL: the decode speed one user sees."""
 
     tag, unit, header = "output_token_throughput_per_user", "tokens/s", "Output tokens/s per user"
+    aiperf_header = genai_perf_header = "Output Token Throughput Per User"
+    lower_is_better, export_unit = False, "tokens/sec/user"
 
     def values(self, r):
         itl = r.inter_token_latency
         return [1.0 / itl] if itl else []
 
 
+class OutputTokenThroughput(StepMetric):
+    """Output tokens of the step / its window (first send → last completion)."""
+
+    tag, unit, header = "output_token_throughput", "tokens/s", "Output token throughput"
+    aiperf_header = genai_perf_header = "Output Token Throughput"
+    lower_is_better, export_unit = False, "tokens/sec"
+
+    def compute(self, ok, duration):
+        return sum(r.output_tokens for r in ok) / duration if duration else 0.0
+
+
+class RequestThroughput(StepMetric):
+    tag, unit, header = "request_throughput", "requests/s", "Request throughput"
+    aiperf_header, genai_perf_header = "Request Throughput", "Request Throughput"
+    lower_is_better, export_unit = False, "requests/sec"
+
+    def compute(self, ok, duration):
+        return len(ok) / duration if duration else 0.0
+
+
+class Goodput(StepMetric):
+    """Requests per second that met every SLO (computed in calculate_metrics, which holds the SLO)."""
+
+    tag, unit, header = "goodput", "requests/s", "Goodput"
+    aiperf_header, genai_perf_header = "Goodput", "Request Goodput"
+    lower_is_better, export_unit = False, "requests/sec"
+
+
+class RequestCount(StepMetric):
+    tag, unit, header = "request_count", "requests", "Successful requests"
+    aiperf_header, genai_perf_header = "Request Count", "Request Count"
+    lower_is_better = False
+
+    def compute(self, ok, duration):
+        return len(ok)
+
+
+class ErrorRequestCount(StepMetric):
+    tag, unit, header = "error_count", "requests", "Failed requests"
+    aiperf_tag, aiperf_header = "error_request_count", "Error Request Count"
+
+    def of(self, step):
+        return step.get("error_count", 0)
+
+
+class BenchmarkDuration(StepMetric):
+    tag, unit, header = "duration_s", "s", "Step window"
+    aiperf_tag, aiperf_header, export_unit = "benchmark_duration", "Benchmark Duration", "sec"
+    lower_is_better = None
+
+
 RECORD_METRICS: list[RecordMetric] = [
     TimeToFirstToken(), TimeToSecondToken(), InterTokenLatency(), InterChunkGap(), RequestLatency(),
     PrefillShare(), InputSequenceLength(), OutputSequenceLength(), OutputTokenThroughputPerUser(),
 ]
+STEP_METRICS: list[StepMetric] = [OutputTokenThroughput(), RequestThroughput(), Goodput(), RequestCount(),
+                                  ErrorRequestCount(), BenchmarkDuration()]
+# Every metric by its tag: what reports, exports and A/B look up for unit, direction and names.
+METRICS: dict[str, Metric] = {m.tag: m for m in [*RECORD_METRICS, *STEP_METRICS]}
 
 
 def distribution(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
     arr = np.asarray(values, dtype=float)
-    out = {"avg": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max()), "std": float(arr.std())}
+    out = {"avg": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max()), "std": float(arr.std()),
+           "count": int(arr.size), "sum": float(arr.sum())}
     for p, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES)):
         out[f"p{p}"] = float(v)
     return out
@@ -150,7 +266,6 @@ def calculate_metrics(records: list[RequestRecord], slo: Slo | None = None) -> d
         stats = distribution(values)
         if stats is not None:
             metrics[metric.tag] = {"unit": metric.unit, **stats}
-    output_tokens = sum(r.output_tokens for r in ok)
     errors_by_kind: dict[str, int] = {}
     for r in failed:
         kind = r.error_kind or ("no_output" if r.error is None else "client")
@@ -162,13 +277,13 @@ def calculate_metrics(records: list[RequestRecord], slo: Slo | None = None) -> d
         "errors_by_kind": errors_by_kind,
         "duration_s": duration,
         "metrics": metrics,
-        "output_token_throughput": {"unit": "tokens/s", "avg": output_tokens / duration if duration else 0.0},
-        "request_throughput": {"unit": "requests/s", "avg": len(ok) / duration if duration else 0.0},
     }
+    for metric in (OutputTokenThroughput(), RequestThroughput()):
+        summary[metric.tag] = {"unit": metric.unit, "avg": metric.compute(ok, duration)}
     if slo is not None:
         good = sum(1 for r in ok if slo.met_by(r))
-        summary["goodput"] = {"unit": "requests/s", "avg": good / duration if duration else 0.0,
-                              "good_requests": good, "slo": slo.__dict__}
+        summary[Goodput.tag] = {"unit": Goodput.unit, "avg": good / duration if duration else 0.0,
+                                "good_requests": good, "slo": slo.__dict__}
     return summary
 
 
