@@ -132,6 +132,39 @@ class SweepSection(_Section):
     concurrencies: list[int] = [1, 2, 4]
     request_rates: list[float] = [1.0]  # requests/s, rate mode
     arrival: Literal["constant", "poisson"] = "poisson"
+class WorkloadSection(_Section):
+    """What the sweep's requests ask for (toolkit/bench/workloads/). `synthetic`: the sweep's own lengths."""
+
+    kind: Literal["synthetic", "dataset", "trace", "shared_prefix", "multi_turn", "mixed"] = "synthetic"
+    # dataset: ShareGPT JSON or JSONL prompts ({"text", "output_length"}); trace: Mooncake JSONL.
+    path: str | None = None
+    # dataset: entries whose prompt is longer, or whose prompt + output exceed max_total_tokens, are skipped
+    # (vLLM's benchmark prunes likewise); default: the engine's max_input_len and max_seq_len.
+    max_input_tokens: int | None = Field(None, ge=1)
+    max_total_tokens: int | None = Field(None, ge=2)
+    speedup: float = Field(1.0, gt=0)  # trace: replay N times faster than recorded
+    trace_block_tokens: int = Field(512, ge=1)  # trace: tokens per hash_id block (Mooncake / AIPerf: 512)
+    # shared_prefix: `prefixes` system prompts of `prefix_tokens`, each shared by `users_per_prefix`
+    # users, whose own question is `suffix_tokens` long (genai-perf's --num-prefix-prompts /
+    # --prefix-prompt-length); output length from sweep.output_tokens.
+    prefixes: int = Field(2, ge=1)
+    prefix_tokens: int = Field(96, ge=1)
+    users_per_prefix: int = Field(4, ge=1)
+    suffix_tokens: int = Field(16, ge=1)
+    # multi_turn: conversations of `turns` turns; each turn re-sends the history (earlier prompts and the
+    # model's answers) plus a new `turn_tokens` message, after `think_time_s`; `history_tokens` keeps
+    # only the last N tokens of history (the "shorter context" fix).
+    turns: int = Field(4, ge=1)
+    turn_tokens: int = Field(24, ge=1)
+    think_time_s: float = Field(0.2, ge=0)
+    history_tokens: int | None = Field(None, ge=1)
+    # mixed: the sweep's own requests (class "short", at the step's load) plus long prompts (class
+    # "long") arriving at `long_rate` requests/s: the noisy neighbour.
+    long_input_tokens: int = Field(192, ge=1)
+    long_output_tokens: int = Field(4, ge=1)
+    long_rate: float = Field(0.5, gt=0)
+
+
     max_concurrency: int | None = Field(None, ge=1)  # cap on requests in flight in rate mode
     requests_per_step: int | None = Field(16, ge=1)
     duration_s: float | None = Field(None, gt=0)  # a step ends at whichever bound comes first
@@ -161,6 +194,7 @@ class SweepSection(_Section):
 
     @field_validator("request_rates")
     @classmethod
+    workload: WorkloadSection = WorkloadSection()
     def _positive_rates(cls, value: list[float]) -> list[float]:
         if not value or any(r <= 0 for r in value):
             raise ValueError("request_rates must be a non-empty list of positive numbers (requests/s)")
@@ -272,6 +306,9 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
     for dotted, value in overrides.items():
         if value is None:
             continue
+        workload = self.sweep.workload  # dataset entries the engine would refuse are skipped, not sent
+        workload.max_input_tokens = workload.max_input_tokens or self.engine.max_input_len
+        workload.max_total_tokens = workload.max_total_tokens or self.engine.max_seq_len
         node = raw
         *parents, leaf = dotted.split(".")
         for key in parents:

@@ -34,26 +34,42 @@ def arrival_gaps(rate: float, arrival: str, seed: int) -> Iterator[float]:
         yield 1.0 / rate if arrival == "constant" else rng.expovariate(rate)
 
 
-async def drive(shape: LoadShape, next_request: Callable[[], object | None],
-                send: Callable[[object], Awaitable[bool]]) -> None:
-    """Call `send(item)` per the load shape. `next_request()` returns None when nothing is left;
-    `send` returns False to stop the step (e.g. the server is gone)."""
-    deadline = time.perf_counter() + shape.duration_s if shape.duration_s else None
-    issued = 0
-    stop = asyncio.Event()
+class Budget:
+    """A step's bounds: its request count and/or duration, whichever comes first, or a stop."""
 
-    def more() -> bool:
-        if stop.is_set() or (shape.max_requests is not None and issued >= shape.max_requests):
+    def __init__(self, max_requests: int | None, duration_s: float | None):
+        self.max_requests = max_requests
+        self.deadline = time.perf_counter() + duration_s if duration_s else None
+        self.issued = 0
+        self.stop = asyncio.Event()
+
+    def more(self) -> bool:
+        if self.stop.is_set() or (self.max_requests is not None and self.issued >= self.max_requests):
             return False
-        return deadline is None or time.perf_counter() < deadline
+        return self.deadline is None or time.perf_counter() < self.deadline
+
+    def take(self) -> bool:
+        """Count one request if the bounds allow it."""
+        if not self.more():
+            return False
+        self.issued += 1
+        return True
+
+
+async def drive(shape: LoadShape, next_request: Callable[[], object | None],
+                send: Callable[[object], Awaitable[bool]], budget: Budget | None = None) -> None:
+    """Call `send(item)` per the load shape. `next_request()` returns None when nothing is left;
+    `send` returns False to stop the step (e.g. the server is gone). A shared `budget` bounds several
+    drives together (a mixed workload's classes)."""
+    budget = budget or Budget(shape.max_requests, shape.duration_s)
+    stop = budget.stop
 
     def take():
-        nonlocal issued
-        if not more():
+        if not budget.more():
             return None
         item = next_request()
         if item is not None:
-            issued += 1
+            budget.take()
         return item
 
     async def run(item) -> None:

@@ -14,6 +14,11 @@ class Prompt:
     text: str
     input_tokens: int
     output_tokens: int
+    # Carried into the request's record (see RequestRecord): class, conversation and turn, where the
+    # workload has them.
+    request_class: str | None = None
+    session: str | None = None
+    turn: int | None = None
 
 
 class PromptFactory:

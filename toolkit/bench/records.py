@@ -26,6 +26,11 @@ class RequestRecord:
     error: str | None = None
     error_kind: str | None = None  # timeout | server_error | connection | client
     warmup: bool = False
+    # Workloads (toolkit/bench/workloads/): the request's class in a mixed workload (e.g. short / long),
+    # and its conversation and turn in a multi-turn one; None for a plain synthetic sweep.
+    request_class: str | None = None
+    session: str | None = None
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:

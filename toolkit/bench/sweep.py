@@ -17,11 +17,12 @@ from pathlib import Path
 import requests
 
 from toolkit.bench.clients import classify_error, make_client
-from toolkit.bench.load import LoadShape, drive
+from toolkit.bench.load import LoadShape
 from toolkit.bench.metrics import Slo, calculate_metrics, phase_split
 from toolkit.bench.prompts import Prompt, PromptFactory
 from toolkit.bench.records import RecordWriter, RequestRecord
 from toolkit.bench.server_metrics import MetricsScraper, summarize_server_metrics
+from toolkit.bench.workloads import StepSpec, Workload, make_workload
 from toolkit.config import SweepSection
 from toolkit.errors import ToolkitError
 from toolkit.manifest import package_versions
@@ -109,30 +110,21 @@ class _Progress:
         self.bar.close()
 
 
-async def run_step(client, factory: PromptFactory, settings: SweepSection, shape: LoadShape, isl: int, osl: int,
-                   step: str, tokenizer, writer: RecordWriter, warmup: bool, first_index: int,
+async def run_step(client, workload: Workload, step: StepSpec, settings: SweepSection, shape: LoadShape,
+                   tokenizer, writer: RecordWriter, warmup: bool, first_index: int,
                    warmup_count: int = 0) -> list[RequestRecord]:
-    """Send one step's requests per its load shape; every request becomes a record, written at once.
+    """Send one step's requests as the workload says; every request becomes a record, written at once.
     The first `warmup_count` (or all, with `warmup`) are marked warm-up: sent and recorded, not measured."""
     records: list[RequestRecord] = []
-    progress = _Progress(step, shape.max_requests)
+    progress = _Progress(step.name, shape.max_requests)
     index = first_index
 
-    # Prompts are made before the load starts: tokenizing while requests are in flight would delay the
-    # event loop that timestamps their responses. A duration-bounded step cycles through a pool.
-    count = shape.max_requests or max(64, 4 * int(shape.level))
-    prompts = [factory.sample(isl, settings.input_tokens_stddev, osl, settings.output_tokens_stddev)
-               for _ in range(count)]
-
-    def next_request() -> tuple[int, Prompt]:
+    async def send(prompt: Prompt) -> RequestRecord:
         nonlocal index
-        index += 1
-        return index - 1, prompts[(index - 1 - first_index) % len(prompts)]
-
-    async def send(item) -> bool:
-        number, prompt = item
-        record = RequestRecord(number, step, time.perf_counter(), prompt.input_tokens, prompt.output_tokens,
-                               warmup=warmup or number - first_index < warmup_count)
+        number, index = index, index + 1
+        record = RequestRecord(number, step.name, time.perf_counter(), prompt.input_tokens, prompt.output_tokens,
+                               warmup=warmup or number - first_index < warmup_count,
+                               request_class=prompt.request_class, session=prompt.session, turn=prompt.turn)
         try:
             await asyncio.wait_for(client.generate(prompt.text, prompt.output_tokens, record),
                                    settings.request_timeout_s)
@@ -152,18 +144,24 @@ async def run_step(client, factory: PromptFactory, settings: SweepSection, shape
         writer.write(record)
         records.append(record)
         progress.update(record)
-        return record.error_kind != "connection"  # the server is likely gone: stop, keep what was measured
+        return record  # a connection failure stops the step (workloads.base.server_gone)
 
     try:
-        await drive(shape, next_request, send)
+        await workload.run(step, shape, send)
     finally:
         progress.close()
     return records
 
 
-def step_name(settings: SweepSection, level: float, isl: int, osl: int) -> str:
-    load = f"concurrency_{int(level)}" if settings.mode == "concurrency" else f"rate_{level:g}"
-    return load if len(settings.shapes) == 1 else f"{load}_isl{isl}_osl{osl}"
+def class_metrics(records: list[RequestRecord], slo: Slo | None) -> dict | None:
+    """Per request class (a mixed workload's short / long), when a step has more than one."""
+    classes: dict[str, list[RequestRecord]] = {}
+    for record in records:
+        if record.request_class is not None:
+            classes.setdefault(record.request_class, []).append(record)
+    if len(classes) < 2:
+        return None
+    return {name: calculate_metrics(members, slo) for name, members in sorted(classes.items())}
 
 
 def run_sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Path, run_info: dict,
@@ -201,6 +199,7 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
     metrics_path = run_dir / "server_metrics.jsonl"
     scraper = MetricsScraper(target.metrics_url, metrics_path) if target.metrics_url else None
     factory = PromptFactory(tokenizer, settings.seed)
+    workload = make_workload(settings, tokenizer, factory)
     slo = slo_of(settings)
     index = 0
     try:
@@ -208,40 +207,44 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
         if settings.warmup_requests:
             isl, osl = settings.shapes[0]
             shape = LoadShape("concurrency", min(settings.warmup_requests, 4), max_requests=settings.warmup_requests)
-            warm = await run_step(client, factory, settings, shape, isl, osl, "warmup", tokenizer, writer, True, index)
+            warm = await run_step(client, Workload(settings, factory), StepSpec("warmup", shape.level, isl, osl),
+                                  settings, shape, tokenizer, writer, True, index)
             index += len(warm)
             _raise_if_server_gone(warm, target, summary, "warm-up")
             _raise_if_nothing_succeeded(warm, summary, "the warm-up")
-        for isl, osl in settings.shapes:
-            for level in settings.load_levels:
-                step = step_name(settings, level, isl, osl)
-                extra = settings.step_warmup_requests
-                total = settings.requests_per_step + extra if settings.requests_per_step else None
-                shape = LoadShape(settings.mode, level, settings.arrival, settings.max_concurrency,
-                                  total, settings.duration_s, settings.seed + index)
-                if shape.max_in_flight:
-                    await client.prepare(shape.max_in_flight)
+        for step in workload.steps():
+            mode = step.mode or settings.mode
+            extra = settings.step_warmup_requests
+            total = settings.requests_per_step + extra if settings.requests_per_step else None
+            shape = LoadShape(mode, step.level, settings.arrival, settings.max_concurrency,
+                              total, settings.duration_s, settings.seed + index)
+            if shape.max_in_flight:
+                await client.prepare(shape.max_in_flight)
+            if scraper:
+                scraper.start(step.name)
+            samples: list[dict] = []
+            try:
+                records = await run_step(client, workload, step, settings, shape, tokenizer, writer,
+                                         False, index, warmup_count=extra)
+            finally:
                 if scraper:
-                    scraper.start(step)
-                samples: list[dict] = []
-                try:
-                    records = await run_step(client, factory, settings, shape, isl, osl, step, tokenizer, writer,
-                                             False, index, warmup_count=extra)
-                finally:
-                    if scraper:
-                        samples = await scraper.stop()
-                index += len(records)
-                result = {"step": step, "mode": settings.mode, settings.mode: level,
-                          "input_tokens": isl, "output_tokens": osl, **calculate_metrics(records, slo)}
-                if settings.mode == "concurrency":
-                    result["concurrency"] = int(level)
-                result["phases"] = phase_split(result)
-                result["server"] = summarize_server_metrics(samples)
-                summary["steps"].append(result)
-                _write_summary(run_dir, summary)
-                progress(_progress_line(result))
-                _raise_if_server_gone(records, target, summary, step)
-                _raise_if_nothing_succeeded(records, summary, step)
+                    samples = await scraper.stop()
+            index += len(records)
+            result = {"step": step.name, "mode": mode, mode: step.level, "workload": workload.kind,
+                      "input_tokens": step.input_tokens, "output_tokens": step.output_tokens,
+                      **calculate_metrics(records, slo)}
+            if mode == "concurrency":
+                result["concurrency"] = int(step.level)
+            classes = class_metrics([r for r in records if not r.warmup], slo)
+            if classes:
+                result["classes"] = classes
+            result["phases"] = phase_split(result)
+            result["server"] = summarize_server_metrics(samples)
+            summary["steps"].append(result)
+            _write_summary(run_dir, summary)
+            progress(_progress_line(result))
+            _raise_if_server_gone(records, target, summary, step.name)
+            _raise_if_nothing_succeeded(records, summary, step.name)
     finally:
         await client.close()
 

@@ -16,3 +16,8 @@ def calibration_texts() -> list[str]:
 def heldout_texts() -> list[str]:
     """The last three paragraphs: never calibrated on, used by the quantization quality gate."""
     return corpus_paragraphs()[-3:]
+
+
+def workload_sample(name: str):
+    """A shipped workload sample (toolkit/data/workloads/): ShareGPT JSON, prompts JSONL, Mooncake trace."""
+    return resources.files(__package__).joinpath("workloads", name)
