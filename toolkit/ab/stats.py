@@ -12,14 +12,14 @@ import random
 import statistics
 from dataclasses import asdict, dataclass
 
+from toolkit.bench.metrics import METRICS, RecordMetric
 from toolkit.bench.records import RequestRecord
 
-# metric → (per-request value in ms, or None for a per-run value; lower is better?)
+# metric → (a request's values, or None for a per-run value; lower is better?) — both from the metric
+# classes, so A/B judges direction exactly as reports and exports state it.
 AB_METRICS = {
-    "time_to_first_token": (lambda r: r.ttft * 1e3, True),
-    "inter_token_latency": (lambda r: r.inter_token_latency * 1e3 if r.inter_token_latency else None, True),
-    "request_latency": (lambda r: r.e2e_latency * 1e3, True),
-    "output_token_throughput": (None, False),
+    tag: (METRICS[tag].values if isinstance(METRICS[tag], RecordMetric) else None, METRICS[tag].lower_is_better)
+    for tag in ("time_to_first_token", "inter_token_latency", "request_latency", "output_token_throughput")
 }
 
 
@@ -110,5 +110,4 @@ def metric_values(records: list[RequestRecord], metric: str, step_summary: dict)
     extract, _ = AB_METRICS[metric]
     if extract is None:
         return [step_summary["output_token_throughput"]["avg"]]
-    values = [extract(r) for r in records if r.ok and not r.warmup]
-    return [v for v in values if v is not None]
+    return [v for r in records if r.ok and not r.warmup for v in extract(r)]
