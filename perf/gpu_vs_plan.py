@@ -112,7 +112,7 @@ def quantize(model, qformat: str, calib_batches: int = 4, seq_len: int = 256):
                 m(ids)
 
     start = time.perf_counter()
-    mtq.quantize(model, modelopt_config(qformat, "none"), forward_loop=forward_loop)
+    mtq.quantize(model, modelopt_config(qformat, "none", device="cuda"), forward_loop=forward_loop)
     torch.cuda.synchronize()
     return time.perf_counter() - start
 
@@ -151,7 +151,6 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     batches = [int(b) for b in args.batches.split(",")]
-    from toolkit.plan.memory import QFORMAT_TO_WEIGHTS
 
     result = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0),
               "torch": torch.__version__, "model": args.model, "isl": args.isl, "rows": []}
@@ -182,8 +181,7 @@ def main() -> None:
         torch.cuda.empty_cache()
         model = build_model(args.model)  # same seed: the same weights for every format
         seconds = quantize(model, qformat)
-        weights = QFORMAT_TO_WEIGHTS[qformat]
-        p = plan_for(args.model, args.gpu, weights, args.isl, args.osl, 1)
+        p = plan_for(args.model, args.gpu, qformat, args.isl, args.osl, 1)  # a qformat is a plan's weight format
         emit({"format": qformat, "what": "calibration_s", "measured": seconds})
         emit({"format": qformat, "what": "fake_quant_prefill_s", "batch": 1, "measured": time_prefill(model, args.isl),
               "plan_floor": p["roofline"]["prefill_floor_s"]})

@@ -1,89 +1,189 @@
-"""The planner's numbers against first-principles figures (issue: `toolkit plan`)."""
+"""The planner's numbers against figures computed by hand (issue 12: `toolkit plan`; issue 16: the CPU roofline).
+
+Parameter counts used below (Llama family, from the published config.json shapes):
+- llama-3-8b: per layer attention 4096·(4096 + 2·1024) + 4096·4096 = 41,943,040, MLP 3·4096·14,336 =
+  176,160,768, norms 8,192; × 32 layers + 2 · 128,256 · 4,096 (embeddings, lm_head) + 4,096
+  = 8,030,261,248 parameters, of which 6,979,321,856 in the linears.
+- llama-3-70b: per layer 150,994,944 + 704,643,072 + 16,384; × 80 + 2 · 128,256 · 8,192 + 8,192
+  = 70,553,706,496; linears 68,451,041,280. llama-2-70b: vocab 32,000 → 68,976,648,192.
+"""
 
 import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from toolkit.config import load_config
 from toolkit.errors import ToolkitError
 from toolkit.model.presets import known_model_spec
-from toolkit.plan.gpus import GPUS, gpu_spec
+from toolkit.model.spec import ModelSpec
+from toolkit.plan.cpu_probe import spec_from_probe
+from toolkit.plan.gpus import GPUS, hardware_spec
 from toolkit.plan.memory import Deployment, kv_bytes_per_token, plan_memory, smallest_tp_that_fits, weight_bytes
-from toolkit.plan.roofline import allreduce_seconds, matmul_intensity, phase_intensity, plan_roofline
-from toolkit.plan.stage import make_plan, render_table, write_plan
+from toolkit.plan.roofline import (allreduce_seconds, cpu_crossover_batch, cpu_decode_step, cpu_decode_step_seconds,
+                                   cpu_prefill_seconds, matmul_intensity, phase_intensity, plan_roofline)
+from toolkit.plan.stage import deployment_for_config, make_plan, render_table, write_plan
+from toolkit.quantize.formats import QFORMATS, modelopt_config, weight_bytes_per_element
 
+ROOT = Path(__file__).resolve().parents[1]
 H100 = GPUS["h100-sxm"]
+CPU_CONFIG = load_config(ROOT / "configs" / "cpu-tiny.yaml")
 
 
-def test_llama2_70b_bf16_on_one_h100():
+def _plan(model: str, gpu: str, **flags) -> dict:
+    spec = known_model_spec(model)
+    return make_plan(spec, hardware_spec(gpu), deployment_for_config(CPU_CONFIG, spec, gpu, **flags))
+
+
+# --- GPU plans from the CPU demo's config get GPU defaults ----------------------------------------
+
+def test_llama3_8b_on_one_h100_with_gpu_defaults():
+    plan = _plan("llama-3-8b", "h100-sxm")
+    d, m, r = plan["deployment"], plan["memory"], plan["roofline"]
+    assert (d["weights"], d["kv_dtype"], d["max_seq_len"], d["tp"]) == ("bf16", "bf16", 8192, 1)
+    assert d["kv_cache_tokens"] is None and (d["isl"], d["osl"]) == (1024, 128)
+    assert m["weight_bytes_total"] == 2 * 8_030_261_248  # 16,060,522,496
+    # Activations: 8,192 tokens × (3·4096 + 48·128 + 2·14,336) × 2 B = 771,751,936, + fp32 logits 8 × 128,256 × 4.
+    assert m["activation_bytes_per_gpu"] == 771_751_936 + 4_104_192
+    # Free = 80e9 − 16,060,522,496 − 775,856,128 − 2e9 = 61,163,621,376; × 0.9 / 131,072 B per token.
+    assert m["free_bytes_per_gpu"] == pytest.approx(61_163_621_376)
+    assert m["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert m["kv_capacity_tokens"] == 419_977 and m["fits"]
+    # Prefill of 1,024 tokens: 2 · 8,030,261,248 · 1024 / 989e12 = 16.629 ms (docs/gpu-validation.md's floor).
+    assert r["prefill_floor_s"] == pytest.approx(2 * 8_030_261_248 * 1024 / 989e12)
+    # Decode at batch 1, mean context 1024 + 64: (16,060,522,496 + 1,088 · 131,072) / 3.35e12 = 4.837 ms.
+    assert r["decode_step_floor_batch1_s"] == pytest.approx(16_203_128_832 / 3.35e12)
+    by_batch = {p["batch"]: p["step_seconds"] for p in r["decode_by_batch"]}
+    assert by_batch[8] == pytest.approx((16_060_522_496 + 8 * 142_606_336) / 3.35e12)  # 5.13 ms, as the doc
+    assert by_batch[32] == pytest.approx((16_060_522_496 + 32 * 142_606_336) / 3.35e12)  # 6.16 ms
+    assert r["decode_step_floor_s"] == by_batch[8]  # the planned batch's step, not batch 1's
+
+
+def test_kv_fraction_and_every_flag_are_honoured():
+    plan = _plan("llama-3-8b", "h100-sxm", kv_free_mem_fraction=0.5, max_seq_len=4096, batch=64, isl=2000,
+                 osl=500, max_num_tokens=4096, runtime_overhead_gb=3.0)
+    d, m = plan["deployment"], plan["memory"]
+    assert (d["kv_free_mem_fraction"], d["max_seq_len"], d["batch"], d["isl"], d["osl"]) == (0.5, 4096, 64, 2000, 500)
+    activations = 4096 * 47_104 * 2 + 64 * 128_256 * 4
+    free = 80e9 - 16_060_522_496 - activations - 3e9
+    assert m["kv_capacity_tokens"] == int(free * 0.5 // 131_072)
+
+
+def test_llama3_70b_gets_kv_with_the_smallest_tp_that_fits():
+    plan = _plan("llama-3-70b", "h100-sxm")
+    d, m = plan["deployment"], plan["memory"]
+    assert d["tp"] == 2 and plan["smallest_tp_that_fits"] == 2
+    # Per GPU: 141,107,412,992 / 2 weights; activations 8,192 × (3·8192 + 80·128/2 + 28,672) × 2
+    # = 956,301,312 + logits 8 × 64,128 × 4 = 2,052,096; free 6,487,940,096 × 0.9 / 163,840 B per token.
+    assert m["weight_bytes_per_gpu"] == 70_553_706_496
+    assert m["kv_bytes_per_token_per_gpu"] == 2 * 80 * 4 * 128 * 2
+    assert m["kv_capacity_tokens"] == 35_639 and m["fits"]
+    four = _plan("llama-3-70b", "h100-sxm", tp=4)["memory"]
+    assert four["kv_capacity_tokens"] > 10 * m["kv_capacity_tokens"]
+    one = _plan("llama-3-70b", "h100-sxm", tp=1)["memory"]
+    assert one["kv_capacity_tokens"] == 0 and not one["fits"]
+
+
+def test_llama2_70b_int4_awq_on_a100_decodes_at_the_bandwidth_floor():
     spec = known_model_spec("llama-2-70b")
-    d = Deployment(isl=1000, osl=200)
-    mem = plan_memory(spec, H100, d)
-    assert mem.weight_bytes_total / 1e9 == pytest.approx(140, rel=0.03)
-    assert not mem.fits
-    roof = plan_roofline(spec, H100, d, mem)
-    assert 0.040 <= roof.decode_step_floor_s <= 0.050
+    d = Deployment(weights="int4_awq", isl=1000, osl=200)
+    # int4 + one fp16 scale per 128 weights = 0.515625 B; linears 68,451,041,280 × 0.515625
+    # = 35,295,068,160; the rest (525,606,912 parameters) in bf16 = 1,051,213,824.
+    assert weight_bytes_per_element("int4_awq") == 0.5 + 2 / 128
+    assert weight_bytes(spec, "int4_awq") == 36_346_281_984
+    a100 = GPUS["a100-80gb"]
+    roof = plan_roofline(spec, a100, d, plan_memory(spec, a100, d))
+    # KV: 1,100 tokens × 327,680 B = 360,448,000; (36,346,281,984 + 360,448,000) / 2.039e12 = 18.00 ms,
+    # above the W4A16 compute time 2 · 68,976,648,192 / 312e12 = 0.44 ms.
+    assert roof.decode_step_floor_batch1_s == pytest.approx(36_706_729_984 / 2.039e12)
+
+
+def test_fp32_uses_the_fp32_peak():
+    plan = _plan("llama-3-8b", "h100-sxm", weights="fp32", kv_dtype="fp32")
+    r = plan["roofline"]
+    assert r["crossover"] == pytest.approx(67e12 / 3.35e12)  # 20 FLOP/byte, not bf16's 295
+    assert r["prefill_floor_s"] == pytest.approx(2 * 8_030_261_248 * 1024 / 67e12)  # 245 ms
+
+
+def test_nvfp4_plans_on_blackwell_only():
+    spec = known_model_spec("llama-3-70b")
+    d = Deployment(weights="nvfp4", kv_dtype="fp8", isl=1000, osl=200)
+    # fp4 + one fp8 scale per 16 weights = 0.5625 B: 68,451,041,280 × 0.5625 + 2,102,665,216 × 2.
+    assert weight_bytes(spec, "nvfp4") == 38_503_710_720 + 4_205_330_432
+    b200 = GPUS["b200"]
+    roof = plan_roofline(spec, b200, d, plan_memory(spec, b200, d))
+    assert roof.crossover == pytest.approx(9000e12 / 8e12)
+    assert roof.prefill_floor_s == pytest.approx(2 * 70_553_706_496 * 1000 / 9000e12)
+    with pytest.raises(ToolkitError, match="nvfp4 needs fp4 tensor cores .Blackwell.; h100-sxm has no fp4"):
+        make_plan(spec, H100, d)
+    with pytest.raises(ToolkitError, match="fp8 needs fp8 tensor cores.*a100-80gb has no fp8"):
+        make_plan(spec, GPUS["a100-80gb"], Deployment(weights="fp8", tp=2))
+
+
+def test_int8_sq_uses_int8_tensor_cores_and_w4a16_the_bf16_ones():
+    assert H100.peak_flops("int8_sq") == 1979e12
+    assert H100.peak_flops("int4_awq") == 989e12
+    assert H100.peak_flops("w4a8_awq") == 1979e12
+    assert GPUS["a100-80gb"].peak_flops("int8_sq") == 624e12
+
+
+def test_a_gpu_config_keeps_its_own_values():
+    config = load_config(ROOT / "configs" / "gpu-llama3-8b-fp8-tp2.yaml")
+    d = deployment_for_config(config, known_model_spec("llama-3-8b"), "h100-sxm")
+    assert (d.weights, d.kv_dtype, d.tp, d.max_seq_len, d.batch, d.isl, d.osl) == \
+        ("fp8", "fp8", 2, 8192, 256, 1024, 256)
 
 
 def test_70b_prefill_of_1000_tokens_at_989_tflops():
     spec = known_model_spec("llama-2-70b")
     d = Deployment(isl=1000, osl=1)
     roof = plan_roofline(spec, H100, d, plan_memory(spec, H100, d))
-    assert roof.prefill_floor_s == pytest.approx(0.14, rel=0.03)
+    assert roof.prefill_floor_s == pytest.approx(2 * 68_976_648_192 * 1000 / 989e12)  # 139.5 ms
     assert roof.prefill_expected_s == pytest.approx(roof.prefill_floor_s / 0.6)
 
 
 def test_matmul_intensities_and_h100_crossover():
     assert matmul_intensity(1000, 4096, 4096) == pytest.approx(678, rel=0.02)
     assert matmul_intensity(1, 4096, 4096) == pytest.approx(1, rel=0.01)
-    assert 295 <= H100.crossover("bf16") <= 330
+    assert H100.crossover("bf16") == pytest.approx(989 / 3.35)
 
 
 def test_llama2_13b_fp16_kv_and_fit():
     spec = known_model_spec("llama-2-13b")
-    assert kv_bytes_per_token(spec, "fp16") / 1e6 == pytest.approx(0.8, rel=0.03)
-    assert kv_bytes_per_token(spec, "fp16") * 4096 / 1e9 == pytest.approx(3.4, rel=0.03)
-    assert weight_bytes(spec, "fp16") / 1e9 == pytest.approx(26, rel=0.02)
+    assert kv_bytes_per_token(spec, "fp16") == 2 * 40 * 40 * 128 * 2  # 819,200 B
     d = Deployment(weights="fp16", kv_dtype="fp16")
     gpu24 = GPUS["rtx-4090"]
     assert not plan_memory(spec, gpu24, d).fits
-    assert plan_memory(spec, gpu24, Deployment(weights="fp16", kv_dtype="fp16", tp=2)).fits
+    assert plan_memory(spec, gpu24, replace(d, tp=2)).fits
     assert smallest_tp_that_fits(spec, gpu24, d) == 2
 
 
-def test_batching_raises_decode_intensity_until_crossover():
+def test_batching_raises_decode_intensity_until_a_bound():
     spec = known_model_spec("llama-3-8b")
     base = phase_intensity(spec, 1, "bf16")
     for n in (2, 8, 32, 64):
         assert phase_intensity(spec, n, "bf16") == pytest.approx(n * base, rel=0.05)
-    assert phase_intensity(spec, 1024, "bf16") > H100.crossover()
     d = Deployment(isl=2048, osl=256, max_seq_len=4096)
     points = plan_roofline(spec, H100, d, plan_memory(spec, H100, d)).decode_by_batch
     rates = [p.tokens_per_second for p in points]
-    assert rates == sorted(rates)  # more batch, more throughput, until a bound
+    assert rates == sorted(rates)
     assert points[0].bound == "memory" and points[-1].bound in ("compute", "capacity")
-
-
-def test_quantized_weights_shrink_and_speed_decode():
-    spec = known_model_spec("llama-3-8b")
-    bf16 = weight_bytes(spec, "bf16")
-    assert weight_bytes(spec, "fp8") < 0.6 * bf16
-    assert weight_bytes(spec, "int4") < weight_bytes(spec, "fp8")
-    steps = {}
-    for w in ("bf16", "fp8", "int4"):
-        d = Deployment(weights=w)
-        steps[w] = plan_roofline(spec, H100, d, plan_memory(spec, H100, d)).decode_step_floor_s
-    assert steps["int4"] < steps["fp8"] < steps["bf16"]
 
 
 def test_tensor_parallel_adds_allreduce_cost():
     assert allreduce_seconds(1e6, 1, 450e9, 5e-6) == 0
     assert allreduce_seconds(1e6, 2, 450e9, 5e-6) == pytest.approx(1e6 / 450e9 + 5e-6)
     spec = known_model_spec("llama-2-70b")
-    d = Deployment(tp=4)
+    d = Deployment(tp=4, batch=1)
     roof = plan_roofline(spec, H100, d, plan_memory(spec, H100, d))
-    assert roof.decode_allreduce_s > 0
-    assert roof.decode_step_floor_s == pytest.approx(weight_bytes(spec, "bf16") / 4 / H100.bandwidth_bytes
-                                                     + roof.decode_allreduce_s, rel=0.05)
+    kv = 1100 * 2 * 80 * 2 * 128 * 2  # 8 KV heads over 4 ranks
+    # Per layer 2 all-reduces of 8,192 × 2 B over 450 GB/s, each ring moving 2·3/4 of it, + 5 µs.
+    allreduce = 80 * 2 * (1.5 * 16_384 / 450e9 + 5e-6)
+    assert roof.decode_allreduce_s == pytest.approx(allreduce)
+    assert roof.decode_step_floor_s == pytest.approx((2 * 68_976_648_192 / 4 + kv) / 3.35e12 + allreduce)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -92,6 +192,7 @@ def test_tensor_parallel_adds_allreduce_cost():
     ({"isl": -5}, "isl must be positive"),
     ({"kv_free_mem_fraction": 1.5}, "kv free memory fraction"),
     ({"isl": 4000, "osl": 200}, "exceeds max_seq_len"),
+    ({"weights": "int3"}, "unknown weight format 'int3'"),
 ])
 def test_bad_deployments(kwargs, message):
     with pytest.raises(ToolkitError, match=message):
@@ -100,14 +201,16 @@ def test_bad_deployments(kwargs, message):
 
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(ToolkitError, match="h100-sxm"):
-        gpu_spec("h100")
+        hardware_spec("h100")
     with pytest.raises(ToolkitError, match="qwen2.5-7b"):
         known_model_spec("llama-9")
 
 
 def test_every_gpu_is_cited_and_sane():
     for gpu in GPUS.values():
-        assert gpu.source and gpu.memory_gb > 0 and gpu.bandwidth_tbs > 0 and gpu.bf16_tflops > 0
+        assert gpu.source and gpu.memory_gb > 0 and gpu.bandwidth_tbs > 0
+        assert gpu.peak_tflops["fp32"] < gpu.peak_tflops["bf16"] <= gpu.peak_tflops["int8"]
+    assert [g.name for g in GPUS.values() if "fp4" in g.peak_tflops] == ["b200"]
 
 
 def test_plan_outputs(tmp_path):
@@ -118,29 +221,122 @@ def test_plan_outputs(tmp_path):
     assert "KV capacity" in render_table(plan)
 
 
-def test_cpu_probe_is_measured_once_and_cached(tmp_path, monkeypatch):
+# --- the format table drives the config, quantize and the planner ---------------------------------
+
+def test_format_table_is_the_config_and_cli_vocabulary():
+    from typing import get_args
+
+    from toolkit.cli import quantize_cmd
+    from toolkit.config import KVCacheDType, QFormat
+
+    assert get_args(QFormat) == tuple(QFORMATS)
+    assert "nvfp4" in get_args(QFormat) and get_args(KVCacheDType) == ("none", "fp8", "int8")
+    choices = {p.name: p.type.choices for p in quantize_cmd.params if p.name in ("qformat", "kv_cache_dtype")}
+    assert tuple(choices["qformat"]) == tuple(QFORMATS)
+
+
+def test_nvfp4_quantize_refuses_on_cpu_in_one_line():
+    with pytest.raises(ToolkitError) as err:
+        modelopt_config("nvfp4", "none")
+    assert "nvfp4 calibration needs CUDA" in err.value.problem and "\n" not in str(err.value)
+    with pytest.raises(ToolkitError, match="does not take kv_cache_dtype int8"):
+        modelopt_config("nvfp4", "int8", device="cuda")
+
+
+def test_fp8_modelopt_config_with_fp8_kv():
+    config = modelopt_config("fp8", "fp8")
+    assert config["quant_cfg"][-1]["quantizer_name"] == "*[kv]_bmm_quantizer"
+
+
+# --- this CPU: probe, and the roofline the engine benchmark holds itself against -------------------
+
+SMALL = ModelSpec("small", hidden_size=768, num_layers=16, num_heads=12, num_kv_heads=4, head_dim=64,
+                  intermediate_size=2048, vocab_size=4096)
+# Fixed figures (not measured) so that the arithmetic below is exact.
+PROBE = {"bandwidth_bytes_s": 30e9, "flops": {"fp32": 50e9, "bf16": 200e9, "int8": 100e9, "int4": 100e9},
+         "memory_bytes": 24e9, "spread": {"x": 0.05}, "rounds": 3, "threads": 2, "cpu": "test", "measured": "2026"}
+
+
+def test_cpu_decode_step_per_format_by_hand():
+    # small: per layer 768·(768 + 2·256) + 768·768 = 1,572,864 + MLP 3·768·2048 = 4,718,592 + norms 1,536;
+    # × 16 + 2 · 4,096 · 768 + 768 = 106,980,096 parameters; linears 100,663,296.
+    assert SMALL.total_params == 106_980_096 and SMALL.linear_params == 100_663_296
+    # int4_awq: 100,663,296 × 0.515625 + 6,316,800 × 2 = 64,538,112 B; KV bf16 2·16·4·64·2 = 16,384 B per token.
+    # Batch 1, context 160: memory (64,538,112 + 160 · 16,384) / 30e9 = 2.2387 ms, compute
+    # 2 · 106,980,096 / 100e9 = 2.1396 ms → memory-bound; + 0.5 ms fixed.
+    step = cpu_decode_step(SMALL, "int4_awq", 1, 160, PROBE, step_overhead_s=0.5e-3)
+    assert step.bound == "memory" and step.memory_s == pytest.approx(67_159_552 / 30e9)
+    assert step.seconds == pytest.approx(67_159_552 / 30e9 + 0.5e-3)
+    # Batch 8: compute 8 × 2.1396 = 17.117 ms over memory (64,538,112 + 8 · 2,621,440) / 30e9 = 2.850 ms.
+    assert cpu_decode_step_seconds(SMALL, "int4_awq", 8, 160, PROBE, step_overhead_s=0.5e-3) == \
+        pytest.approx(8 * 2 * 106_980_096 / 100e9 + 0.5e-3)
+    # Unquantized runs bf16: (213,960,192 + 2,621,440) / 30e9 = 7.219 ms at batch 1.
+    assert cpu_decode_step_seconds(SMALL, "none", 1, 160, PROBE, step_overhead_s=0) == \
+        pytest.approx(216_581_632 / 30e9)
+
+
+def test_cpu_crossover_batch_comes_earlier_for_int4():
+    # int4: (64,538,112 / 30e9) / (2.1396 ms − 2,621,440 / 30e9) = 2.1513 / 2.0522 = 1.048;
+    # bf16: (213,960,192 / 30e9) / (1.0698 ms − 0.0874 ms) = 7.260.
+    assert cpu_crossover_batch(SMALL, "int4_awq", 160, PROBE) == pytest.approx(
+        (64_538_112 / 30e9) / (2 * 106_980_096 / 100e9 - 2_621_440 / 30e9))
+    assert cpu_crossover_batch(SMALL, "none", 160, PROBE) == pytest.approx(
+        (213_960_192 / 30e9) / (2 * 106_980_096 / 200e9 - 2_621_440 / 30e9))
+    # TTFT floor at ISL 128 on the int8 kernel: 2 · 106,980,096 · 128 / 100e9 = 273.9 ms (+ fixed cost).
+    assert cpu_prefill_seconds(SMALL, "int8_sq", 128, PROBE, step_overhead_s=0) == \
+        pytest.approx(2 * 106_980_096 * 128 / 100e9)
+
+
+def test_nvfp4_is_refused_on_the_cpu_engine():
+    with pytest.raises(ToolkitError, match="nvfp4 cannot be planned on the CPU engine"):
+        cpu_decode_step_seconds(SMALL, "nvfp4", 1, 160, PROBE)
+
+
+def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
+    import functools
+
     from toolkit.plan import cpu_probe
 
     monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu_probe.json")
-    first = cpu_probe.cpu_spec()
-    assert first.name == "cpu" and first.bandwidth_tbs > 0 and first.bf16_tflops > 0 and first.memory_gb > 1
-    assert (tmp_path / "cpu_probe.json").is_file()
-    measured = json.loads((tmp_path / "cpu_probe.json").read_text())["measured"]
-    assert cpu_probe.cpu_spec().source == first.source and measured in first.source  # read back, not re-measured
+    # The real kernels on small matrices (fast); the defaults stream 128 MiB per kernel.
+    monkeypatch.setattr(cpu_probe, "measure_cpu", functools.partial(cpu_probe.measure_cpu, rounds=2,
+                                                                    stream_mib=4, repeats=1))
+    first = cpu_probe.cpu_probe()
+    assert set(first["flops"]) == {"fp32", "bf16", "int8", "int4"} and all(v > 0 for v in first["flops"].values())
+    assert first["bandwidth_bytes_s"] == max(first["gemv_bytes_s"].values())
+    assert first["rounds"] == 2 and all(0 <= v < 1 for v in first["spread"].values()) and first["measured"]
+    assert cpu_probe.cpu_probe() == first  # read back, not measured again
+    again = cpu_probe.cpu_probe(refresh=True)
+    assert again["measured"] >= first["measured"] and json.loads((tmp_path / "cpu_probe.json").read_text()) == again
+    spec = spec_from_probe(again)
+    assert spec.kind == "cpu" and spec.peak_tflops["int4"] == again["flops"]["int4"] / 1e12
+    assert again["measured"] in spec.source and "spread" in spec.source
 
 
-def test_plan_cli_table_and_errors(tmp_path):
-    import subprocess
-    import sys
+def test_probe_and_catalog_import_without_a_cycle():
+    code = ("import sys, toolkit.plan.cpu_probe; assert 'toolkit.plan.gpus' not in sys.modules; "
+            "import toolkit.plan.gpus; assert 'torch' not in sys.modules or True")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
-    ok = subprocess.run([sys.executable, "-m", "toolkit", "plan", "-m", "llama-2-13b", "-g", "rtx-4090",
-                         "--weights", "fp16", "--kv-dtype", "fp16", "--out", str(tmp_path)],
-                        capture_output=True, text=True, timeout=120)
-    assert ok.returncode == 0 and "smallest TP that fits: 2" in ok.stdout
-    assert (tmp_path / "plan.json").is_file() and (tmp_path / "roofline.png").is_file()
-    bad = subprocess.run([sys.executable, "-m", "toolkit", "plan", "-m", "llama-2-7b", "-g", "h100", "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+
+def test_plan_cli_gpu_defaults_table_and_errors(tmp_path):
+    def toolkit(*args):
+        return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+
+    cpu_tiny = str(ROOT / "configs" / "cpu-tiny.yaml")
+    ok = toolkit("plan", "-c", cpu_tiny, "-m", "llama-3-8b", "-g", "h100-sxm", "--batch", "8")
+    assert ok.returncode == 0, ok.stderr
+    assert "weights bf16" in ok.stdout and "KV bf16" in ok.stdout and "419,977 tokens" in ok.stdout
+    assert "step floor 5.13 ms at batch 8 (4.84 ms at batch 1)" in ok.stdout
+    out = tmp_path / "build" / "plans" / "llama-3-8b-h100-sxm"
+    assert (out / "plan.json").is_file() and (out / "roofline.png").is_file()
+    bigger = toolkit("plan", "-c", cpu_tiny, "-m", "llama-2-13b", "-g", "rtx-4090", "--weights", "fp16",
+                     "--kv-dtype", "fp16", "--tp", "1", "--out", str(tmp_path / "x"))
+    assert bigger.returncode == 0 and "smallest TP that fits: 2" in bigger.stdout and "fits             NO" in bigger.stdout
+    bad = toolkit("plan", "-c", cpu_tiny, "-m", "llama-2-7b", "-g", "h100")
     assert bad.returncode == 1 and bad.stderr.startswith("error: unknown GPU 'h100'") and "h100-sxm" in bad.stderr
-    listing = subprocess.run([sys.executable, "-m", "toolkit", "plan", "--list-gpus"], capture_output=True, text=True,
-                             timeout=120)
-    assert "h200" in listing.stdout and "datasheet" in listing.stdout
+    fp4 = toolkit("plan", "-c", cpu_tiny, "-m", "llama-3-8b", "-g", "h100-sxm", "--weights", "nvfp4")
+    assert fp4.returncode == 1 and "fp4 tensor cores (Blackwell)" in fp4.stderr
+    listing = toolkit("plan", "--list-gpus")
+    assert "h200" in listing.stdout and "datasheet" in listing.stdout and "fp4 9000" in listing.stdout

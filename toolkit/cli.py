@@ -10,6 +10,7 @@ import click
 
 from toolkit.config import ArtifactLayout, load_config, parse_set_options
 from toolkit.errors import ToolkitError
+from toolkit.quantize.formats import KV_CACHE_DTYPES, QFORMAT_NAMES, WEIGHT_FORMATS
 
 # What `make demo` builds, so that `toolkit serve --detach`, `toolkit sweep` ... after the demo find its artifacts.
 DEFAULT_CONFIG = "configs/cpu-small.yaml"
@@ -59,8 +60,8 @@ def init_model_cmd(config_path, sets, force):
 
 @cli.command("quantize")
 @config_options
-@click.option("--qformat", type=click.Choice(["none", "fp8", "int4_awq", "int8_sq", "w4a8_awq"]), default=None)
-@click.option("--kv-cache-dtype", type=click.Choice(["none", "fp8", "int8"]), default=None)
+@click.option("--qformat", type=click.Choice(QFORMAT_NAMES), default=None)
+@click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default=None)
 @click.option("--export", "export_format", type=click.Choice(["hf", "trtllm"]), default=None,
               help="hf: unified HF checkpoint; trtllm: TensorRT-LLM checkpoint with mapping (rank*.safetensors).")
 @click.option("--tp", type=int, default=None, help="Tensor parallel size (trtllm export).")
@@ -352,19 +353,29 @@ def ab_cmd(config_path, sets, variants, repeat, out_root):
 @cli.command("plan")
 @config_options
 @click.option("--model", "-m", default=None, help="Known model name (e.g. llama-2-70b) or a checkpoint directory.")
-@click.option("--gpu", "-g", default=None, help="GPU from the catalog, or cpu (default: plan.gpu of the config).")
-@click.option("--tp", type=int, default=None)
+@click.option("--gpu", "-g", default=None,
+              help="GPU from the catalog, or cpu (default: plan.gpu of the config). A GPU plan from a CPU config "
+                   "starts from GPU defaults: bf16 weights and KV, the model's context length, the smallest TP that fits.")
+@click.option("--tp", type=int, default=None, help="Tensor parallel size (GPU default: the smallest that fits).")
 @click.option("--pp", type=int, default=None)
-@click.option("--weights", type=click.Choice(["bf16", "fp16", "fp32", "fp8", "int8", "int4"]), default=None)
-@click.option("--kv-dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8", "int8"]), default=None)
+@click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default=None,
+              help="An unquantized dtype or a qformat (default: bf16 on a GPU, the config's qformat otherwise).")
+@click.option("--kv-dtype", type=click.Choice(["fp32", "bf16", "fp16", "fp8", "int8"]), default=None)
 @click.option("--kv-fraction", "kv_free_mem_fraction", type=float, default=None,
               help="Share of free memory given to the KV cache (kv_cache_free_gpu_mem_fraction).")
-@click.option("--max-seq-len", type=int, default=None)
+@click.option("--max-seq-len", type=int, default=None, help="Default on a GPU: the model's own context length.")
+@click.option("--max-num-tokens", type=int, default=None, help="Tokens per engine step (sizes activations).")
 @click.option("--batch", type=int, default=None)
 @click.option("--isl", type=int, default=None, help="Input tokens per request.")
 @click.option("--osl", type=int, default=None, help="Output tokens per request.")
 @click.option("--efficiency", "prefill_efficiency", type=float, default=None, help="Fraction of peak prefill reaches.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None, help="Where plan.json and roofline.png go.")
+@click.option("--overhead-gb", "runtime_overhead_gb", type=float, default=None,
+              help="Per-GPU memory for CUDA context and workspaces (default: plan.runtime_overhead_gb).")
+@click.option("--step-overhead-ms", type=float, default=None,
+              help="CPU: fixed cost per decode step (default: plan.cpu_step_overhead_ms; measure with perf/engine_bench.py).")
+@click.option("--reprobe", is_flag=True, help="CPU: measure this machine again instead of reading the cached probe.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Where plan.json and roofline.png go (default: build/plans/<model>-<gpu>/).")
 @click.option("--list-gpus", is_flag=True, help="List the GPU catalog and exit.")
 def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, **overrides):
     """Memory and roofline plan: will it fit, on how many GPUs, and what TTFT / ITL the hardware allows."""
@@ -374,9 +385,9 @@ def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, **overrides):
 
     if list_gpus:
         for spec in GPUS.values():
-            fp8 = f"{spec.fp8_tflops:g}" if spec.fp8_tflops else "-"
-            click.echo(f"{spec.name:<10} {spec.memory_gb:>5g} GB  {spec.bandwidth_tbs:>5g} TB/s  bf16 {spec.bf16_tflops:>6g}"
-                       f"  fp8 {fp8:>6} TFLOP/s  link {spec.interconnect_gbs:g} GB/s  [{spec.source}]")
+            peaks = "  ".join(f"{k} {v:g}" for k, v in spec.peak_tflops.items())
+            click.echo(f"{spec.name:<10} {spec.memory_gb:>5g} GB  {spec.bandwidth_tbs:>5g} TB/s  {peaks} TFLOP/s"
+                       f"  link {spec.interconnect_gbs:g} GB/s  [{spec.source}]")
         return
     config, layout = _load(config_path, sets)
     result, paths = pipeline.plan(config, layout, model=model, gpu=gpu, out_dir=out_dir, **overrides)

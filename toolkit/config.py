@@ -13,9 +13,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolkit.errors import ToolkitError
+from toolkit.quantize.formats import KV_CACHE_DTYPES, QFORMAT_NAMES
 
-QFormat = Literal["none", "fp8", "int4_awq", "int8_sq", "w4a8_awq"]
-KVCacheDType = Literal["none", "fp8", "int8"]
+# From the one quantization-format table (toolkit/quantize/formats.py).
+QFormat = Literal[QFORMAT_NAMES]  # type: ignore[valid-type]
+KVCacheDType = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
 Target = Literal["auto", "cpu", "trtllm", "llmapi"]
 
 
@@ -217,8 +219,11 @@ class WorkloadSection(_Section):
 
 class PlanSection(_Section):
     gpu: str = "cpu"  # a name from `toolkit plan --list-gpus`, or cpu (this machine, probed)
-    prefill_efficiency: float = Field(0.6, gt=0, le=1)
-    runtime_overhead_gb: float = Field(2.0, ge=0)
+    prefill_efficiency: float = Field(0.6, gt=0, le=1)  # GPU: share of the tensor peak a prefill reaches
+    runtime_overhead_gb: float = Field(2.0, ge=0)  # GPU: CUDA context and workspaces, beside weights/activations/KV
+    # CPU engine: fixed cost of one decode step beyond memory and compute time (measure it with
+    # perf/engine_bench.py; the default is an assumption, see toolkit/plan/cpu_probe.py).
+    cpu_step_overhead_ms: float = Field(0.5, ge=0)
 
 
 class ArtifactSource(_Section):

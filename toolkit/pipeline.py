@@ -147,23 +147,10 @@ def doctor(run_dir: Path):
 
 
 def deployment_for_plan(config: DeploymentConfig, **overrides):
-    """The planner's view of a deployment config (flags given as overrides win)."""
-    from toolkit.plan.memory import QFORMAT_TO_WEIGHTS, Deployment
+    """The planner's view of a deployment config on its plan.gpu (flags given as overrides win)."""
+    from toolkit.plan.stage import deployment_for_config
 
-    cpu = config.engine.target == "cpu"
-    kv = config.quantize.kv_cache_dtype
-    values = dict(
-        tp=config.parallel.tp, pp=config.parallel.pp,
-        # The CPU engine dequantizes on load and computes in float32 (weights and KV).
-        weights="fp32" if cpu else QFORMAT_TO_WEIGHTS[config.quantize.qformat],
-        kv_dtype="fp32" if cpu else ("bf16" if kv == "none" else kv),
-        kv_free_mem_fraction=config.engine.kv_cache_free_gpu_mem_fraction,
-        runtime_overhead_gb=config.plan.runtime_overhead_gb, max_seq_len=config.engine.max_seq_len,
-        batch=config.engine.max_batch_size, isl=config.sweep.input_tokens_mean, osl=config.sweep.output_tokens,
-        prefill_efficiency=config.plan.prefill_efficiency,
-        kv_cache_tokens=config.engine.kv_cache_blocks * config.engine.tokens_per_block if cpu else None)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return Deployment(**values)
+    return deployment_for_config(config, None, config.plan.gpu, **overrides)
 
 
 def model_spec_for(config: DeploymentConfig, layout: ArtifactLayout, name_or_dir: str | None = None):
@@ -182,10 +169,8 @@ def model_spec_for(config: DeploymentConfig, layout: ArtifactLayout, name_or_dir
 
 
 def plan(config: DeploymentConfig, layout: ArtifactLayout, model: str | None = None, gpu: str | None = None,
-         out_dir: Path | None = None, **overrides) -> tuple[dict, dict]:
-    from toolkit.plan.gpus import gpu_spec
-    from toolkit.plan.stage import make_plan, write_plan
+         out_dir: Path | None = None, **flags) -> tuple[dict, dict]:
+    from toolkit.plan.stage import plan_and_write
 
     spec = model_spec_for(config, layout, model)
-    result = make_plan(spec, gpu_spec(gpu or config.plan.gpu), deployment_for_plan(config, **overrides))
-    return result, write_plan(result, out_dir or layout.plan_dir)
+    return plan_and_write(config, spec, gpu or config.plan.gpu, out_dir, layout.build_dir, **flags)

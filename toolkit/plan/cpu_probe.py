@@ -1,55 +1,146 @@
-"""This machine as a 'GPU' for the planner: measured once (memory bandwidth, fp32 matmul), cached."""
+"""This machine as the planner's device: memory bandwidth as decode reads it and the compute rate of
+each kernel the CPU engine runs, measured, cached with date and spread (`toolkit plan --reprobe`).
+
+- Bandwidth: a batch-1 GEMV streaming a weight matrix far larger than the caches, in each kernel
+  (fp32, bf16, int8 weight-only, int4 group-128); the fastest is the machine's memory roof as a decode
+  step reads it. (A naive sum reads more slowly than a GEMV does: it understates the roof.)
+- Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
+  best of two batches is that kernel's roof.
+- Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
+  (max − min) / max is recorded beside it. Everything on the torch thread count in use.
+
+Imports nothing from the catalog (gpus.py imports this module lazily, not the other way round).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import time
 
 from toolkit.cache import CACHE_ROOT
-from toolkit.plan.gpus import GpuSpec
+from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
+VERSION = 2  # bump when the probe measures differently: older caches are measured again
+KERNELS = ("fp32", "bf16", "int8", "int4")
+INT4_GROUP = 128
+# Until perf/engine_bench.py measures the engine's own fixed cost per decode step (dispatch,
+# sampling, scheduling) and passes it, the planner assumes this much (config: plan.cpu_step_overhead_ms).
+DEFAULT_STEP_OVERHEAD_S = 0.5e-3
 
 
-def measure_cpu(seconds: float = 0.5) -> dict:
-    import numpy as np
+def _best_seconds(fn, repeats: int) -> float:
+    fn()  # first call: page faults, kernel selection
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _kernel(name: str, out_features: int, in_features: int):
+    """(weight bytes, input dtype, fn(x) → y) for one linear in `name`'s kernel. The weights are a
+    random block of rows repeated (each output row is independent; values only need to be realistic)."""
     import torch
 
-    # Bandwidth: a large copy reads and writes every byte once (2 × size moved).
-    src = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB, beyond the caches
-    dst = np.empty_like(src)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    bandwidth = 2 * src.nbytes / best
-    # Matmul throughput in the dtype the CPU engine computes in (float32).
-    a = torch.randn(1024, 1024)
-    b = torch.randn(1024, 1024)
-    torch.mm(a, b)
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        torch.mm(a, b)
-        count += 1
-    flops = 2 * 1024 ** 3 * count / (time.perf_counter() - start)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return {"bandwidth_bytes_s": bandwidth, "fp32_flops": flops, "memory_bytes": memory,
-            "threads": torch.get_num_threads(), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    block = min(out_features, 1024)
+    repeats = out_features // block
+    if name in ("fp32", "bf16"):
+        dtype = torch.float32 if name == "fp32" else torch.bfloat16
+        weight = torch.randn(block, in_features, dtype=dtype).repeat(repeats, 1)
+        return weight.numel() * weight.element_size(), dtype, lambda x: torch.nn.functional.linear(x, weight)
+    if name == "int8":
+        weight = torch.randint(-128, 128, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
+        scales = torch.rand(out_features, dtype=torch.bfloat16)
+        return weight.numel(), torch.bfloat16, lambda x: torch._weight_int8pack_mm(x, weight, scales)
+    if name == "int4":
+        values = torch.randint(0, 16, (block, in_features), dtype=torch.int32)
+        packed = torch._convert_weight_to_int4pack_for_cpu(values, 1).repeat(repeats, 1)
+        scales_zeros = torch.rand(in_features // INT4_GROUP, out_features, 2, dtype=torch.bfloat16)
+        nbytes = packed.numel() * packed.element_size() + scales_zeros.numel() * 2
+        return nbytes, torch.bfloat16, lambda x: torch._weight_int4pack_mm_for_cpu(x, packed, INT4_GROUP, scales_zeros)
+    raise ValueError(name)
+
+
+def _probe_round(stream_mib: int, repeats: int) -> dict:
+    import torch
+
+    figures = {}
+    # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1.
+    for name in KERNELS:
+        bytes_per_weight = {"fp32": 4, "bf16": 2, "int8": 1, "int4": 0.5}[name]
+        out_features = int(stream_mib * 2**20 / (4096 * bytes_per_weight)) // 128 * 128
+        nbytes, dtype, fn = _kernel(name, out_features, 4096)
+        x = torch.randn(1, 4096, dtype=dtype)
+        figures[f"gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
+        del fn
+    # Compute: a 2048 × 2048 weight stays in L2/L3; batches 64 and 256 rows.
+    for name in KERNELS:
+        _, dtype, fn = _kernel(name, 2048, 2048)
+        rates = []
+        for rows in (64, 256):
+            x = torch.randn(rows, 2048, dtype=dtype)
+            rates.append(2 * rows * 2048 * 2048 / _best_seconds(lambda: fn(x), repeats))
+        figures[f"flops_{name}"] = max(rates)
+    return figures
+
+
+def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dict:
+    import torch
+
+    runs = [_probe_round(stream_mib, repeats) for _ in range(rounds)]
+    best = {k: max(r[k] for r in runs) for k in runs[0]}
+    spread = {k: (best[k] - min(r[k] for r in runs)) / best[k] for k in runs[0]}
+    gemv = {k: v for k, v in best.items() if k.startswith("gemv_")}
+    roof = max(gemv, key=gemv.get)
+    return {
+        "version": VERSION,
+        "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.removeprefix("gemv_bytes_s_"),
+        "flops": {name: best[f"flops_{name}"] for name in KERNELS},
+        "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
+        "spread": spread, "rounds": rounds,
+        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": _cpu_name(),
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def cpu_probe(refresh: bool = False) -> dict:
+    """The cached probe, measured now if absent, outdated, or asked for (`refresh`)."""
     if CACHE.is_file() and not refresh:
-        return json.loads(CACHE.read_text())
+        try:
+            cached = json.loads(CACHE.read_text())
+        except json.JSONDecodeError:
+            cached = {}
+        if cached.get("version") == VERSION:
+            return cached
     result = measure_cpu()
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     CACHE.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def cpu_spec(refresh: bool = False) -> GpuSpec:
-    probe = cpu_probe(refresh)
-    tflops = probe["fp32_flops"] / 1e12
-    return GpuSpec("cpu", probe["memory_bytes"] / 1e9, probe["bandwidth_bytes_s"] / 1e12, tflops, None, 0,
-                   f"measured on this machine {probe['measured']} ({probe['threads']} threads; {CACHE})")
+def spec_from_probe(probe: dict, step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> HardwareSpec:
+    worst = max(probe["spread"].values())
+    source = (f"probed on this machine {probe['measured']} ({probe['cpu']}, {probe['threads']} threads, "
+              f"best of {probe['rounds']} rounds, spread up to {worst:.0%}; `toolkit plan --reprobe` measures again)")
+    return HardwareSpec("cpu", probe["memory_bytes"] / 1e9, probe["bandwidth_bytes_s"] / 1e12,
+                        {k: v / 1e12 for k, v in probe["flops"].items()}, 0, source, kind="cpu",
+                        step_overhead_s=step_overhead_s, probe=probe)
+
+
+def cpu_spec(refresh: bool = False) -> HardwareSpec:
+    return spec_from_probe(cpu_probe(refresh))

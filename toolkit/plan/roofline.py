@@ -1,16 +1,36 @@
-"""Roofline: arithmetic intensity of the phases, and the time floors they imply. Pure.
+"""Roofline: arithmetic intensity of the phases and the step times they imply, on a GPU or this CPU. Pure.
 
 Prefill multiplies (S × K) activations by (K × N) weights: intensity grows with S (compute-bound).
-Decode does the same with S = batch: intensity ≈ batch (bandwidth-bound until the crossover).
+Decode does the same with S = batch: intensity ≈ batch, memory-bound until the crossover batch.
+
+One decode step for `batch` sequences of `context` tokens (per pipeline stage, × pp stages):
+    max(weight bytes + batch · context · KV bytes per token) / bandwidth,
+        2 · parameters · batch / (tp · pp · the format's compute rate))
+    + all-reduce (TP) + the device's fixed per-step cost
+FLOPs count 2 per parameter per token (attention's context-length term is left out: under 2 % at
+1k tokens for an 8B model). On a GPU the rate is the datasheet's dense tensor peak for the type the
+format computes in, and the fixed cost is 0 (floors). On this CPU the rate is the probed rate of the
+kernel the CPU engine runs for the format (toolkit/plan/cpu_probe.py), the bandwidth is a probed
+batch-1 GEMV's, and the fixed cost is `HardwareSpec.step_overhead_s`.
+
+For the engine benchmark (perf/engine_bench.py):
+    from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_decode_step
+    cpu_decode_step_seconds(spec, "int4_awq", batch=8, context_len=160, probe=None)  # seconds
+    cpu_decode_step(spec, "int4_awq", 8, 160).bound                                 # memory | compute
+`probe` is the cpu_probe dict or a HardwareSpec (None: the cached probe); `step_overhead_s` overrides
+the spec's fixed per-step cost (measure it, then pass it). `crossover_batch(...)` and
+`prefill_seconds(...)` give the batch at which decode turns compute-bound and the prefill floor.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from toolkit.model.spec import ModelSpec
-from toolkit.plan.gpus import GpuSpec
-from toolkit.plan.memory import WEIGHT_BYTES, Deployment, MemoryPlan
+from toolkit.plan.hardware import HardwareSpec
+from toolkit.plan.memory import Deployment, MemoryPlan, kv_bytes_per_token_per_gpu, weight_bytes
+from toolkit.quantize.formats import weight_bytes_per_element
 
 
 def matmul_intensity(m: int, k: int, n: int, bytes_per_element: float = 2.0,
@@ -23,7 +43,7 @@ def matmul_intensity(m: int, k: int, n: int, bytes_per_element: float = 2.0,
 
 def phase_intensity(spec: ModelSpec, tokens: int, weights: str) -> float:
     """Intensity of a hidden×hidden projection for `tokens` rows (prefill: prompt length; decode: batch)."""
-    return matmul_intensity(tokens, spec.hidden_size, spec.hidden_size, 2.0, WEIGHT_BYTES[weights])
+    return matmul_intensity(tokens, spec.hidden_size, spec.hidden_size, 2.0, weight_bytes_per_element(weights))
 
 
 def allreduce_seconds(message_bytes: float, tp: int, link_bytes_s: float, latency_s: float) -> float:
@@ -31,6 +51,51 @@ def allreduce_seconds(message_bytes: float, tp: int, link_bytes_s: float, latenc
     if tp <= 1:
         return 0.0
     return 2 * (tp - 1) / tp * message_bytes / link_bytes_s + latency_s
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    batch: int
+    memory_s: float  # reading weights and KV, all pipeline stages
+    compute_s: float  # the matmuls at the format's rate, all pipeline stages
+    allreduce_s: float
+    overhead_s: float
+    seconds: float
+    bound: str  # memory | compute
+
+
+def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, context_tokens: float) -> DecodeStep:
+    stages = d.tp * d.pp
+    kv_read = batch * context_tokens * kv_bytes_per_token_per_gpu(spec, d)
+    memory_s = (weight_bytes(spec, d.weights) / stages + kv_read) / hw.bandwidth_bytes * d.pp
+    compute_s = 2 * spec.total_params * batch / stages / hw.peak_flops(d.weights) * d.pp
+    message = batch * spec.hidden_size * 2  # bf16 activations
+    link = hw.interconnect_gbs * 1e9 if hw.interconnect_gbs else hw.bandwidth_bytes
+    per_layer = 2 * allreduce_seconds(message, d.tp, link, d.allreduce_latency_us * 1e-6)  # attention + MLP
+    allreduce_s = per_layer * spec.num_layers / d.pp
+    seconds = max(memory_s, compute_s) + allreduce_s + hw.step_overhead_s
+    return DecodeStep(batch, memory_s, compute_s, allreduce_s, hw.step_overhead_s, seconds,
+                      "compute" if compute_s > memory_s else "memory")
+
+
+def crossover_batch(spec: ModelSpec, hw: HardwareSpec, d: Deployment, context_tokens: float) -> float | None:
+    """The batch at which a decode step's compute time reaches its memory time (None: never, when each
+    sequence's KV read grows as fast as its compute)."""
+    one = decode_step(spec, hw, d, 1, context_tokens)
+    none = decode_step(spec, hw, d, 0, context_tokens)  # weights only
+    compute_per_seq = one.compute_s
+    memory_per_seq = one.memory_s - none.memory_s
+    if compute_per_seq <= memory_per_seq:
+        return None
+    return none.memory_s / (compute_per_seq - memory_per_seq)
+
+
+def prefill_seconds(spec: ModelSpec, hw: HardwareSpec, d: Deployment, tokens: int) -> float:
+    """Floor of one prompt's prefill: 2·P·S FLOPs over the TP group's rate (PP does not speed one
+    request), or reading the weights once, whichever is longer, plus the fixed step cost."""
+    compute = 2 * spec.total_params * tokens / (hw.peak_flops(d.weights) * d.tp)
+    memory = weight_bytes(spec, d.weights) / d.tp / hw.bandwidth_bytes
+    return max(compute, memory) + hw.step_overhead_s
 
 
 @dataclass(frozen=True)
@@ -43,15 +108,18 @@ class BatchPoint:
 
 @dataclass(frozen=True)
 class Roofline:
-    crossover: float
+    crossover: float  # FLOP/byte ridge of the format's rate
+    crossover_batch: float | None  # decode batch at which the step turns compute-bound
     prefill_intensity: float
-    decode_intensity: float
+    decode_intensity: float  # at the planned batch
     prefill_bound: str
     decode_bound: str
     prefill_floor_s: float
     prefill_expected_s: float
-    decode_step_floor_s: float
+    decode_step_floor_s: float  # at the planned batch
+    decode_step_floor_batch1_s: float
     decode_allreduce_s: float
+    step_overhead_s: float
     ttft_s: float
     tpot_s: float
     e2e_s: float
@@ -63,44 +131,69 @@ class Roofline:
         return out
 
 
-def _decode_step(spec: ModelSpec, gpu: GpuSpec, d: Deployment, mem: MemoryPlan, batch: int,
-                 context_tokens: float) -> tuple[float, float, float]:
-    """(memory seconds, compute seconds, all-reduce seconds) of one decode step for `batch` sequences."""
-    kv_read = batch * context_tokens * mem.kv_bytes_per_token_per_gpu
-    memory_s = (mem.weight_bytes_per_gpu + kv_read) / gpu.bandwidth_bytes
-    compute_s = 2 * spec.total_params * batch / (d.tp * d.pp) / gpu.peak_flops(d.weights)
-    message = batch * spec.hidden_size * 2  # bf16 activations
-    link = gpu.interconnect_gbs * 1e9 if gpu.interconnect_gbs else gpu.bandwidth_bytes
-    per_layer = 2 * allreduce_seconds(message, d.tp, link, d.allreduce_latency_us * 1e-6)  # attention + MLP
-    return memory_s, compute_s, per_layer * spec.num_layers / d.pp
-
-
-def plan_roofline(spec: ModelSpec, gpu: GpuSpec, d: Deployment, mem: MemoryPlan,
+def plan_roofline(spec: ModelSpec, hw: HardwareSpec, d: Deployment, mem: MemoryPlan,
                   batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) -> Roofline:
-    crossover = gpu.crossover(d.weights)
+    context = d.isl + d.osl / 2  # mean context over the request's output
+    crossover = hw.crossover(d.weights)
     prefill_ai = phase_intensity(spec, d.isl, d.weights)
     decode_ai = phase_intensity(spec, d.batch, d.weights)
-    # Prefill floor: 2·P·S FLOPs over the GPUs' peak (TP splits the work; PP does not speed one request).
-    prefill_floor = 2 * spec.total_params * d.isl / (gpu.peak_flops(d.weights) * d.tp)
+    prefill_floor = prefill_seconds(spec, hw, d, d.isl)
     prefill_expected = prefill_floor / d.prefill_efficiency
-    # Decode for this request: weights plus its own KV (mean context over the output) each step.
-    memory_s, compute_s, allreduce_s = _decode_step(spec, gpu, d, mem, 1, d.isl + d.osl / 2)
-    step = max(memory_s, compute_s) * d.pp + allreduce_s
+    step = decode_step(spec, hw, d, d.batch, context)
     points = []
-    for batch in batches:
-        m_s, c_s, a_s = _decode_step(spec, gpu, d, mem, batch, d.isl + d.osl / 2)
-        seconds = max(m_s, c_s) * d.pp + a_s
-        if batch * (d.isl + d.osl) > mem.kv_capacity_tokens:
-            bound = "capacity"
-        else:
-            bound = "compute" if c_s > m_s else "memory"
-        points.append(BatchPoint(batch, seconds, batch / seconds, bound))
+    for batch in sorted(set(batches) | {d.batch}):
+        s = decode_step(spec, hw, d, batch, context)
+        bound = "capacity" if batch * (d.isl + d.osl) > mem.kv_capacity_tokens else s.bound
+        points.append(BatchPoint(batch, s.seconds, batch / s.seconds, bound))
         if bound == "capacity":
             break
     return Roofline(
-        crossover=crossover, prefill_intensity=prefill_ai, decode_intensity=decode_ai,
+        crossover=crossover, crossover_batch=crossover_batch(spec, hw, d, context),
+        prefill_intensity=prefill_ai, decode_intensity=decode_ai,
         prefill_bound="compute" if prefill_ai >= crossover else "memory",
-        decode_bound="compute" if decode_ai >= crossover else "memory",
-        prefill_floor_s=prefill_floor, prefill_expected_s=prefill_expected, decode_step_floor_s=step,
-        decode_allreduce_s=allreduce_s, ttft_s=prefill_expected, tpot_s=step,
-        e2e_s=prefill_expected + (d.osl - 1) * step, decode_by_batch=points)
+        decode_bound=step.bound, prefill_floor_s=prefill_floor, prefill_expected_s=prefill_expected,
+        decode_step_floor_s=step.seconds, decode_step_floor_batch1_s=decode_step(spec, hw, d, 1, context).seconds,
+        decode_allreduce_s=step.allreduce_s, step_overhead_s=hw.step_overhead_s, ttft_s=prefill_expected,
+        tpot_s=step.seconds, e2e_s=prefill_expected + (d.osl - 1) * step.seconds, decode_by_batch=points)
+
+
+# --- the CPU engine's roofline, for the engine benchmark -------------------------------------------
+
+def _cpu_hardware(probe: HardwareSpec | dict | None, step_overhead_s: float | None) -> HardwareSpec:
+    from toolkit.plan.cpu_probe import cpu_spec, spec_from_probe
+
+    hw = probe if isinstance(probe, HardwareSpec) else spec_from_probe(probe) if probe else cpu_spec()
+    return hw if step_overhead_s is None else replace(hw, step_overhead_s=step_overhead_s)
+
+
+def _cpu_weights(qformat: str) -> str:
+    return "bf16" if qformat == "none" else qformat  # the CPU engine runs unquantized models in bf16
+
+
+def cpu_decode_step(spec: ModelSpec, qformat: str, batch: int, context_len: float,
+                    probe: HardwareSpec | dict | None = None, kv_dtype: str = "bf16",
+                    step_overhead_s: float | None = None) -> DecodeStep:
+    hw = _cpu_hardware(probe, step_overhead_s)
+    return decode_step(spec, hw, Deployment(weights=_cpu_weights(qformat), kv_dtype=kv_dtype), batch, context_len)
+
+
+def cpu_decode_step_seconds(spec: ModelSpec, qformat: str, batch: int, context_len: float,
+                            probe: HardwareSpec | dict | None = None, kv_dtype: str = "bf16",
+                            step_overhead_s: float | None = None) -> float:
+    return cpu_decode_step(spec, qformat, batch, context_len, probe, kv_dtype, step_overhead_s).seconds
+
+
+def cpu_crossover_batch(spec: ModelSpec, qformat: str, context_len: float, probe: HardwareSpec | dict | None = None,
+                        kv_dtype: str = "bf16") -> float | None:
+    hw = _cpu_hardware(probe, None)
+    return crossover_batch(spec, hw, Deployment(weights=_cpu_weights(qformat), kv_dtype=kv_dtype), context_len)
+
+
+def cpu_prefill_seconds(spec: ModelSpec, qformat: str, tokens: int, probe: HardwareSpec | dict | None = None,
+                        step_overhead_s: float | None = None) -> float:
+    hw = _cpu_hardware(probe, step_overhead_s)
+    return prefill_seconds(spec, hw, Deployment(weights=_cpu_weights(qformat)), tokens)
+
+
+def ceil_batch(batch: float | None) -> int | None:
+    return None if batch is None else math.ceil(batch)

@@ -1,23 +1,88 @@
-"""`toolkit plan`: memory + roofline for a model × GPU × deployment; table, plan.json, roofline PNG."""
+"""`toolkit plan`: memory + roofline for a model × device × deployment; table, plan.json, roofline PNG.
+
+Which defaults a plan starts from depends on the device planned for, not on the config's engine
+target: a GPU plan from the CPU demo's config gets GPU defaults (bf16 weights and KV, the model's own
+context length, TensorRT-LLM's max_num_tokens, KV from the free-memory fraction, the smallest TP that
+fits), and a config written for a GPU deployment gives its own values to a GPU plan. Flags win over both.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+from toolkit.config import DeploymentConfig
 from toolkit.model.spec import ModelSpec
-from toolkit.plan.gpus import GpuSpec
+from toolkit.plan.gpus import catalog_gpu, hardware_spec, is_cpu
+from toolkit.plan.hardware import HardwareSpec
 from toolkit.plan.memory import Deployment, plan_memory, smallest_tp_that_fits
-from toolkit.plan.roofline import plan_roofline
+from toolkit.plan.roofline import ceil_batch, plan_roofline
+
+# A GPU plan's workload when neither the config nor a flag says (ISL/OSL of docs/gpu-validation.md).
+GPU_DEFAULTS = dict(pp=1, weights="bf16", kv_dtype="bf16", max_num_tokens=8192, batch=8, isl=1024, osl=128)
 
 
-def make_plan(spec: ModelSpec, gpu: GpuSpec, d: Deployment) -> dict:
+def _weights_for(qformat: str) -> str:
+    return "bf16" if qformat == "none" else qformat
+
+
+def deployment_for_config(config: DeploymentConfig, spec: ModelSpec | None, device: str,
+                          **flags) -> Deployment:
+    """The planner's view of a deployment config on `device` (a catalog GPU or cpu); flags win."""
+    flags = {k: v for k, v in flags.items() if v is not None}
+    e, q, cpu = config.engine, config.quantize, is_cpu(device)
+    common = dict(kv_free_mem_fraction=e.kv_cache_free_gpu_mem_fraction,
+                  runtime_overhead_gb=config.plan.runtime_overhead_gb,
+                  prefill_efficiency=1.0 if cpu else config.plan.prefill_efficiency)
+    if cpu == (e.target == "cpu"):  # the config describes a deployment on this kind of device
+        values = dict(tp=config.parallel.tp, pp=config.parallel.pp, weights=_weights_for(q.qformat),
+                      kv_dtype="bf16" if q.kv_cache_dtype == "none" else q.kv_cache_dtype,
+                      max_seq_len=e.max_seq_len, max_num_tokens=e.max_num_tokens, batch=e.max_batch_size,
+                      isl=config.sweep.input_tokens_mean, osl=config.sweep.output_tokens,
+                      kv_cache_tokens=e.kv_cache_blocks * e.tokens_per_block if cpu else None)
+    elif cpu:  # a GPU config planned on this CPU: the CPU engine's own limits, the config's formats
+        from toolkit.config import EngineSection
+
+        d = EngineSection()
+        values = dict(tp=1, pp=1, weights=_weights_for(q.qformat), kv_dtype="bf16", max_seq_len=d.max_seq_len,
+                      max_num_tokens=d.max_num_tokens, batch=d.max_batch_size, isl=64, osl=32,
+                      kv_cache_tokens=d.kv_cache_blocks * d.tokens_per_block)
+    else:  # the CPU demo's config planned on a GPU: nothing in its engine section is about a GPU
+        max_seq_len = spec.max_position_embeddings if spec else 4096
+        values = dict(GPU_DEFAULTS, max_seq_len=max_seq_len)
+        values["isl"] = min(values["isl"], max_seq_len // 2)
+        values["osl"] = min(values["osl"], max_seq_len - values["isl"])
+        if "tp" not in flags and spec is not None:
+            d = Deployment(**{**common, **values, **flags})
+            values["tp"] = smallest_tp_that_fits(spec, catalog_gpu(device), d) or 1
+    return Deployment(**{**common, **values, **flags})
+
+
+def make_plan(spec: ModelSpec, hw: HardwareSpec, d: Deployment) -> dict:
     d.validate(spec)
-    memory = plan_memory(spec, gpu, d)
-    roofline = plan_roofline(spec, gpu, d, memory)
-    return {"model": spec.to_dict(), "gpu": gpu.to_dict(), "deployment": d.__dict__.copy(),
-            "memory": memory.to_dict(), "smallest_tp_that_fits": smallest_tp_that_fits(spec, gpu, d),
+    memory = plan_memory(spec, hw, d)
+    roofline = plan_roofline(spec, hw, d, memory)
+    return {"model": spec.to_dict(), "gpu": hw.to_dict(), "deployment": d.__dict__.copy(),
+            "memory": memory.to_dict(), "smallest_tp_that_fits": smallest_tp_that_fits(spec, hw, d),
             "roofline": roofline.to_dict()}
+
+
+def default_plan_dir(build_dir: Path, spec: ModelSpec, device: str) -> Path:
+    return Path(build_dir) / "plans" / f"{spec.name}-{device.lower()}"
+
+
+def plan_and_write(config: DeploymentConfig, spec: ModelSpec, device: str, out_dir: Path | None,
+                   build_dir: Path, reprobe: bool = False, step_overhead_ms: float | None = None,
+                   **flags) -> tuple[dict, dict]:
+    """`toolkit plan`: plan `spec` on `device`, write plan.json + roofline.png to out_dir (default:
+    build/plans/<model>-<device>/)."""
+    hw = hardware_spec(device, reprobe=reprobe)
+    if hw.kind == "cpu":
+        overhead = config.plan.cpu_step_overhead_ms if step_overhead_ms is None else step_overhead_ms
+        hw = replace(hw, step_overhead_s=overhead / 1e3)
+    result = make_plan(spec, hw, deployment_for_config(config, spec, device, **flags))
+    return result, write_plan(result, out_dir or default_plan_dir(build_dir, spec, device))
 
 
 def _gb(x: float) -> str:
@@ -28,35 +93,50 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:,.2f} ms"
 
 
+def _device_row(g: dict, d: dict) -> str:
+    if g.get("kind") == "cpu":
+        peaks = ", ".join(f"{k} {v * 1e3:,.0f}" for k, v in g["peak_tflops"].items())
+        return (f"this CPU: {g['memory_gb']:,.0f} GB, {g['bandwidth_tbs'] * 1e3:,.1f} GB/s (batch-1 GEMV), "
+                f"kernels {peaks} GFLOP/s, fixed {g['step_overhead_s'] * 1e3:.2f} ms per step; {g['source']}")
+    return (f"{g['name']} × {d['tp'] * d['pp']} (TP {d['tp']}, PP {d['pp']}); {g['memory_gb']:,.0f} GB, "
+            f"{g['bandwidth_tbs'] * 1e3:,.0f} GB/s")
+
+
 def render_table(plan: dict) -> str:
     m, r, d, g = plan["memory"], plan["roofline"], plan["deployment"], plan["gpu"]
+    peak = r["crossover"] * g["bandwidth_tbs"] * 1e12
+    cross = ceil_batch(r["crossover_batch"])
     rows = [
         ("model", f"{plan['model']['name']} ({plan['model']['total_params'] / 1e9:.2f} B params)"),
-        ("gpu", f"{g['name']} × {d['tp'] * d['pp']} (TP {d['tp']}, PP {d['pp']}); {g['memory_gb']:,.0f} GB, "
-                f"{g['bandwidth_tbs'] * 1e3:,.0f} GB/s"),
-        ("formats", f"weights {d['weights']}, KV {d['kv_dtype']}"),
+        ("device", _device_row(g, d)),
+        ("formats", f"weights {d['weights']} ({peak / 1e12:,.3g} TFLOP/s for its matmuls), KV {d['kv_dtype']}"),
         ("weights", f"{_gb(m['weight_bytes_total'])} total, {_gb(m['weight_bytes_per_gpu'])} per GPU"),
+        ("activations", f"{_gb(m['activation_bytes_per_gpu'])} per GPU at max_num_tokens {d['max_num_tokens']:,}"),
         ("KV per token", f"{m['kv_bytes_per_token'] / 1e6:.3f} MB ({m['kv_bytes_per_token_per_gpu'] / 1e6:.3f} MB per GPU)"),
-        ("KV per sequence", f"{_gb(m['kv_bytes_per_sequence'])} at {d['max_seq_len']} tokens"),
-        ("KV capacity", f"{m['kv_capacity_tokens']:,} tokens = {m['kv_capacity_sequences']} sequences of "
-                        f"{d['max_seq_len']}" + (f" (fixed paged cache of {d['kv_cache_tokens']:,} tokens)"
-                                                  if d.get("kv_cache_tokens") else
-                                                  f" ({_gb(m['kv_cache_bytes_per_gpu'])} per GPU at fraction "
-                                                  f"{d['kv_free_mem_fraction']})")),
-        ("fits", ("yes" if m["fits"] else "NO") + f"; batch {d['batch']} × {d['isl'] + d['osl']} tokens "
+        ("KV per sequence", f"{_gb(m['kv_bytes_per_sequence'])} at {d['max_seq_len']:,} tokens"),
+        ("KV capacity", f"{m['kv_capacity_tokens']:,} tokens = {m['kv_capacity_sequences']:,} sequences of "
+                        f"{d['max_seq_len']:,}" + (f" (fixed paged cache of {d['kv_cache_tokens']:,} tokens)"
+                                                   if d.get("kv_cache_tokens") else
+                                                   f" ({_gb(m['kv_cache_bytes_per_gpu'])} per GPU at fraction "
+                                                   f"{d['kv_free_mem_fraction']} of {_gb(max(m['free_bytes_per_gpu'], 0))} free)")),
+        ("fits", ("yes" if m["fits"] else "NO") + f"; batch {d['batch']} × {d['isl'] + d['osl']:,} tokens "
                  + ("fits" if m["batch_fits"] else "does NOT fit")
                  + f"; smallest TP that fits: {plan['smallest_tp_that_fits'] or 'none ≤ 8'}"),
-        ("crossover", f"{r['crossover']:.0f} FLOP/byte"),
-        ("prefill", f"intensity {r['prefill_intensity']:.0f} FLOP/byte → {r['prefill_bound']}-bound; "
+        ("crossover", f"{r['crossover']:,.1f} FLOP/byte; " + (f"decode turns compute-bound at batch {cross:,}" if cross
+                      else "decode never turns compute-bound at this context (each sequence's KV read takes longer "
+                           "than its compute)")),
+        ("prefill", f"intensity {r['prefill_intensity']:,.0f} FLOP/byte at ISL {d['isl']:,} → {r['prefill_bound']}-bound; "
                     f"floor {_ms(r['prefill_floor_s'])}, expected {_ms(r['prefill_expected_s'])} "
                     f"at {d['prefill_efficiency']:.0%} of peak"),
-        ("decode", f"intensity {r['decode_intensity']:.1f} FLOP/byte at batch {d['batch']} → {r['decode_bound']}-bound; "
-                   f"step floor {_ms(r['decode_step_floor_s'])}"
-                   + (f" (all-reduce {_ms(r['decode_allreduce_s'])})" if d["tp"] > 1 else "")),
-        ("request", f"ISL {d['isl']}, OSL {d['osl']}: TTFT {_ms(r['ttft_s'])}, TPOT {_ms(r['tpot_s'])}, "
-                    f"end-to-end {_ms(r['e2e_s'])}"),
-        ("decode by batch", ", ".join(f"{p['batch']}: {p['tokens_per_second']:,.0f} tok/s ({p['bound']})"
-                                      for p in r["decode_by_batch"])),
+        ("decode", f"intensity {r['decode_intensity']:,.1f} FLOP/byte at batch {d['batch']} → {r['decode_bound']}-bound; "
+                   f"step floor {_ms(r['decode_step_floor_s'])} at batch {d['batch']} "
+                   f"({_ms(r['decode_step_floor_batch1_s'])} at batch 1)"
+                   + (f", all-reduce {_ms(r['decode_allreduce_s'])}" if d["tp"] > 1 else "")
+                   + (f", fixed {_ms(r['step_overhead_s'])}" if r["step_overhead_s"] else "")),
+        ("request", f"ISL {d['isl']:,}, OSL {d['osl']:,} at batch {d['batch']}: TTFT {_ms(r['ttft_s'])}, "
+                    f"TPOT {_ms(r['tpot_s'])}, end-to-end {_ms(r['e2e_s'])}"),
+        ("decode by batch", ", ".join(f"{p['batch']}: {_ms(p['step_seconds'])} {p['tokens_per_second']:,.0f} tok/s "
+                                      f"({p['bound']})" for p in r["decode_by_batch"])),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

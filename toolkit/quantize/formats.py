@@ -1,32 +1,146 @@
-"""qformat names (TensorRT-LLM / ModelOpt conventions) → ModelOpt quantization configs."""
+"""Quantization formats: one table that the config, the CLI, the planner, quantize and the builds read.
+
+A format's name is its ModelOpt / TensorRT-LLM `qformat` (hf_ptq.py spelling). Each row says how the
+weights are stored (bits, group size, scale bytes), what the GPU's matmuls compute in (which decides
+the tensor-core peak the planner uses and which GPUs can run it), how ModelOpt calibrates it, what
+TensorRT-LLM calls it (`quant_algo` in hf_quant_config.json / QuantConfig) and what the embedded CPU
+engine does with it. Element types (weights and KV cache) are the second table, `DTYPES`.
+
+Nothing here imports ModelOpt or torch at module level: the config imports this file.
+"""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 from toolkit.errors import ToolkitError
 
-MTQ_CONFIG_NAMES = {
-    "fp8": "FP8_DEFAULT_CFG",
-    "int4_awq": "INT4_AWQ_CFG",
-    "int8_sq": "INT8_SMOOTHQUANT_CFG",
-    "w4a8_awq": "W4A8_AWQ_BETA_CFG",
-}
-AWQ_FORMATS = {"int4_awq", "w4a8_awq"}
-# Bits per weight element as stored (scales excluded) — used for size estimates and the planner.
-WEIGHT_BITS = {"none": 16, "fp8": 8, "int8_sq": 8, "int4_awq": 4, "w4a8_awq": 4}
-_KV_BITS = {"fp8": (4, 3), "int8": 8}
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    bytes: float
 
 
-def modelopt_config(qformat: str, kv_cache_dtype: str) -> dict:
-    """The mtq config dict for a qformat, with KV-cache quantizers appended when asked for."""
+DTYPES: dict[str, DType] = {d.name: d for d in [
+    DType("fp32", 4), DType("bf16", 2), DType("fp16", 2), DType("fp8", 1), DType("int8", 1),
+    DType("int4", 0.5), DType("fp4", 0.5),
+]}
+UNQUANTIZED_DTYPES = ("fp32", "bf16", "fp16")  # what a model without a qformat holds its weights in
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    name: str  # qformat, as ModelOpt's hf_ptq.py and the config spell it
+    weight_dtype: str | None  # storage of the quantized linears (None: the model's own dtype)
+    group_size: int | None  # weights per scale for block-scaled formats; None: per channel / per tensor
+    scale_dtype: str | None  # dtype of those block scales
+    gpu_compute: str | None  # what the GPU's matmuls run in: picks the tensor-core peak (None: model dtype)
+    gpu_requirement: str  # which GPUs have kernels for it (the planner checks the catalog's peaks)
+    modelopt_config: str | None  # mtq.<name> used to calibrate
+    calibration_needs_cuda: bool
+    trtllm_quant_algo: str | None  # QuantAlgo / hf_quant_config.json "quant_algo"
+    trtllm_gemm_plugin: str  # trtllm-build --gemm_plugin
+    cpu_kernel: str | None  # what the embedded CPU engine's linears run (a cpu_probe kernel); None: refused
+    cpu_note: str  # in words, for plans and errors
+    kv_cache_dtypes: tuple[str, ...] = ("none", "fp8", "int8")
+
+    @property
+    def weight_bits(self) -> float | None:
+        return None if self.weight_dtype is None else DTYPES[self.weight_dtype].bytes * 8
+
+    @property
+    def is_block_scaled(self) -> bool:
+        return self.group_size is not None
+
+
+_INT4_GROUP = 128  # AWQ's block size (quantize.awq_block_size); one fp16 scale per 128 weights
+_NVFP4_GROUP = 16  # NVFP4: an fp8 (E4M3) scale per 16 fp4 (E2M1) values, plus one fp32 scale per tensor
+
+QFORMATS: dict[str, QuantFormat] = {f.name: f for f in [
+    QuantFormat("none", None, None, None, None, "any GPU", None, False, None, "auto",
+                "bf16", "bf16 weights on the bf16 GEMM"),
+    QuantFormat("fp8", "fp8", None, None, "fp8", "fp8 tensor cores (Ada, Hopper, Blackwell)",
+                "FP8_DEFAULT_CFG", False, "FP8", "disable",
+                "int8", "fp8 values held as 8-bit weights on the int8 weight-only kernel (this CPU has no fp8 GEMM)"),
+    QuantFormat("int8_sq", "int8", None, None, "int8", "int8 tensor cores (Ampere and later)",
+                "INT8_SMOOTHQUANT_CFG", False, "W8A8_SQ_PER_CHANNEL", "auto",
+                "int8", "int8 weights on the int8 weight-only kernel"),
+    QuantFormat("int4_awq", "int4", _INT4_GROUP, "fp16", "bf16", "W4A16 kernels (Ampere and later)",
+                "INT4_AWQ_CFG", False, "W4A16_AWQ", "auto",
+                "int4", "packed int4, group 128, on the int4 weight-only kernel"),
+    QuantFormat("w4a8_awq", "int4", _INT4_GROUP, "fp16", "fp8", "fp8 tensor cores (Ada, Hopper, Blackwell)",
+                "W4A8_AWQ_BETA_CFG", False, "W4A8_AWQ", "auto",
+                "int4", "packed int4, group 128, on the int4 weight-only kernel (activations stay bf16)"),
+    QuantFormat("nvfp4", "fp4", _NVFP4_GROUP, "fp8", "fp4", "fp4 tensor cores (Blackwell)",
+                "NVFP4_DEFAULT_CFG", True, "NVFP4", "nvfp4",
+                None, "not on CPU: NVFP4 calibration needs CUDA, so no checkpoint exists here to serve",
+                kv_cache_dtypes=("none", "fp8")),
+]}
+QFORMAT_NAMES = tuple(QFORMATS)
+KV_CACHE_DTYPES = ("none", "fp8", "int8")  # `none`: the model's dtype
+# TensorRT-LLM's kv_cache_quant_algo (hf_quant_config.json) per kv_cache_dtype.
+TRTLLM_KV_QUANT_ALGO = {"none": None, "fp8": "FP8", "int8": "INT8"}
+# Old planner spellings of weight formats.
+_ALIASES = {"int8": "int8_sq", "int4": "int4_awq"}
+WEIGHT_FORMATS = UNQUANTIZED_DTYPES + tuple(n for n in QFORMATS if n != "none")
+
+
+def qformat(name: str) -> QuantFormat:
+    if name not in QFORMATS:
+        raise ToolkitError(f"unknown qformat {name!r}", f"use one of: {', '.join(QFORMATS)}")
+    return QFORMATS[name]
+
+
+def weight_format(name: str) -> tuple[QuantFormat, str]:
+    """A plan's weight format (an unquantized dtype or a qformat) → (format row, dtype of everything
+    the format does not quantize: embeddings, lm_head, norms)."""
+    name = _ALIASES.get(name, name)
+    if name in UNQUANTIZED_DTYPES:
+        return QFORMATS["none"], name
+    if name in QFORMATS and name != "none":
+        return QFORMATS[name], "bf16"
+    raise ToolkitError(f"unknown weight format {name!r}", f"use one of: {', '.join(WEIGHT_FORMATS)}")
+
+
+def weight_bytes_per_element(name: str) -> float:
+    """Bytes per quantized-linear weight, block scales included (int4 g128: 0.5 + 2/128)."""
+    fmt, dtype = weight_format(name)
+    if fmt.weight_dtype is None:
+        return DTYPES[dtype].bytes
+    scales = DTYPES[fmt.scale_dtype].bytes / fmt.group_size if fmt.is_block_scaled else 0.0
+    return DTYPES[fmt.weight_dtype].bytes + scales
+
+
+def check_kv_cache_dtype(fmt: QuantFormat, kv_cache_dtype: str) -> None:
+    if kv_cache_dtype not in fmt.kv_cache_dtypes:
+        raise ToolkitError(f"qformat {fmt.name} does not take kv_cache_dtype {kv_cache_dtype}",
+                           f"use one of: {', '.join(fmt.kv_cache_dtypes)}")
+
+
+def modelopt_config(qformat_name: str, kv_cache_dtype: str, device: str = "cpu") -> dict:
+    """The mtq config dict for a qformat, with KV-cache quantizers appended when asked for.
+    `device`: where the model is calibrated (the quantize stage calibrates on CPU)."""
+    fmt = qformat(qformat_name)
+    if fmt.modelopt_config is None:
+        raise ToolkitError(f"qformat {fmt.name} is not quantized: there is nothing to calibrate",
+                           f"use one of: {', '.join(n for n in QFORMATS if n != 'none')}")
+    check_kv_cache_dtype(fmt, kv_cache_dtype)
+    if fmt.calibration_needs_cuda and not device.startswith("cuda"):
+        raise ToolkitError(f"{fmt.name} calibration needs CUDA (ModelOpt's {fmt.modelopt_config} keeps its scales "
+                           f"on the GPU) and this calibration runs on {device}",
+                           "quantize on a GPU machine, or pick a format that calibrates on CPU (fp8, int4_awq)")
     import modelopt.torch.quantization as mtq
 
-    if qformat not in MTQ_CONFIG_NAMES:
-        raise ToolkitError(f"unknown qformat {qformat!r}", f"use one of: none, {', '.join(MTQ_CONFIG_NAMES)}")
-    config = copy.deepcopy(getattr(mtq, MTQ_CONFIG_NAMES[qformat]))
+    config = copy.deepcopy(getattr(mtq, fmt.modelopt_config))
     if kv_cache_dtype != "none":
+        bits = {"fp8": (4, 3), "int8": 8}[kv_cache_dtype]
         config["quant_cfg"] = list(config["quant_cfg"]) + [
-            {"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": _KV_BITS[kv_cache_dtype], "axis": None}},
+            {"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": bits, "axis": None}},
         ]
     return config
+
+
+# The formats whose per-rank input width must be a multiple of the AWQ block (TP shape checks).
+AWQ_FORMATS = {n for n, f in QFORMATS.items() if f.trtllm_quant_algo and "AWQ" in f.trtllm_quant_algo}

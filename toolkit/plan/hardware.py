@@ -1,0 +1,67 @@
+"""`HardwareSpec`: what the planner knows of a device — a catalog GPU or this machine's CPU, probed.
+
+Peaks are dense (no 2:4 sparsity), per compute type: for a GPU the tensor-core type a format's
+matmuls run in (`QuantFormat.gpu_compute`), for the CPU the kernel the embedded engine runs
+(`QuantFormat.cpu_kernel`). Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s, TFLOP/s = 1e12 (TOPS for int8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from toolkit.errors import ToolkitError
+from toolkit.quantize.formats import QFORMATS, weight_format
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    memory_gb: float
+    bandwidth_tbs: float  # device memory bandwidth (CPU: as a batch-1 weight-streaming GEMV reads)
+    peak_tflops: dict[str, float]  # compute type → dense peak
+    interconnect_gbs: float  # per-GPU bandwidth to peers (NVLink, else PCIe), one direction
+    source: str
+    kind: str = "gpu"  # gpu | cpu
+    # Fixed cost of one decode step beyond its memory and compute time (kernel dispatch, sampling,
+    # scheduling). GPU floors leave it out (0); the CPU engine's is a measured or stated constant.
+    step_overhead_s: float = 0.0
+    probe: dict = field(default_factory=dict)  # CPU: the probe's raw figures (date, spread, ...)
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * 1e9
+
+    @property
+    def bandwidth_bytes(self) -> float:
+        return self.bandwidth_tbs * 1e12
+
+    @property
+    def bf16_tflops(self) -> float:
+        return self.peak_tflops["bf16"]
+
+    def compute_type(self, weights: str) -> str:
+        """The peak a weight format's matmuls use here, or one line saying why it cannot run here."""
+        fmt, dtype = weight_format(weights)
+        if self.kind == "cpu":
+            if fmt.name == "none":
+                return "fp32" if dtype == "fp32" else "bf16"
+            if fmt.cpu_kernel is None:
+                raise ToolkitError(f"{fmt.name} cannot be planned on the CPU engine: {fmt.cpu_note}",
+                                   "plan it on a GPU that supports it (--gpu b200), or pick another --weights")
+            return fmt.cpu_kernel
+        compute = fmt.gpu_compute or ("fp32" if dtype == "fp32" else "bf16")
+        if compute not in self.peak_tflops:
+            able = [n for n, f in QFORMATS.items() if (f.gpu_compute or "bf16") in self.peak_tflops and n != "none"]
+            raise ToolkitError(f"{weights} needs {fmt.gpu_requirement}; {self.name} has no {compute} tensor cores",
+                               f"plan it on a GPU that has them, or use one of: bf16, {', '.join(able)}")
+        return compute
+
+    def peak_flops(self, weights: str) -> float:
+        return self.peak_tflops[self.compute_type(weights)] * 1e12
+
+    def crossover(self, weights: str = "bf16") -> float:
+        """FLOP per byte above which a kernel is compute-bound here (the roofline's ridge)."""
+        return self.peak_flops(weights) / self.bandwidth_bytes
+
+    def to_dict(self) -> dict:
+        return asdict(self)
