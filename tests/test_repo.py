@@ -143,34 +143,137 @@ def test_check_reports_parse_error_line(cpu_repo):
     assert any("does not parse" in f.problem for f in found)
 
 
-def test_llmapi_repository_without_tensorrt_llm_templates_says_where_to_get_them(tmp_path, tiny_model_dir, monkeypatch):
-    import yaml
-
+def llmapi_engine(tmp_path, model_dir, **engine):
+    """An llmapi "engine" directory as `toolkit build --target llmapi` leaves it."""
     from toolkit.engine.llmapi import write_llmapi_config
     from toolkit.engine.stage import copy_tokenizer
 
-    monkeypatch.delenv("TRTLLM_TRITON_MODELS", raising=False)
-    config = validate_config({"name": "t", "engine": {"target": "llmapi", "enable_kv_cache_reuse": True},
+    config = validate_config({"name": "t", "engine": {"target": "llmapi", "enable_kv_cache_reuse": True, **engine},
                               "quantize": {"kv_cache_dtype": "fp8"}})
     engine_dir = tmp_path / "engine"
-    write_llmapi_config(tiny_model_dir, engine_dir, config.engine, EngineConfig.from_deployment(config))
-    copy_tokenizer(tiny_model_dir, engine_dir / "tokenizer")
+    write_llmapi_config(model_dir, engine_dir, config.engine, EngineConfig.from_deployment(config))
+    copy_tokenizer(model_dir, engine_dir / "tokenizer")
     write_manifest(engine_dir, "build", {}, {}, 0.0)
+    return config, engine_dir
+
+
+def fake_templates(tmp_path, monkeypatch, version="1.1.0"):
+    """A TensorRT-LLM tree holding the llmapi model's python files, as the image clones it."""
+    template = tmp_path / "all_models" / "llmapi" / "tensorrt_llm"
+    (template / "1").mkdir(parents=True)
+    (template / "1" / "model.py").write_text("# TensorRT-LLM's llmapi model\n")
+    (template / "1" / "helpers.py").write_text("# its helpers\n")
+    monkeypatch.setenv("TRTLLM_TRITON_MODELS", str(tmp_path / "all_models"))
+    monkeypatch.setenv("TRTLLM_TEMPLATES_VERSION", version)
+
+
+def test_llmapi_repository_without_tensorrt_llm_templates_says_where_to_get_them(tmp_path, tiny_model_dir, monkeypatch):
+    import yaml
+
+    monkeypatch.delenv("TRTLLM_TRITON_MODELS", raising=False)
+    config, engine_dir = llmapi_engine(tmp_path, tiny_model_dir, batch_scheduler_policy="max_utilization")
     repo = write_repository(config, engine_dir, tmp_path / "repo")
     options = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
     assert options["backend"] == "pytorch" and options["tensor_parallel_size"] == 1
     assert options["kv_cache_config"] == {"dtype": "fp8", "free_gpu_memory_fraction": 0.9, "enable_block_reuse": True,
                                           "tokens_per_block": 32}
     assert options["enable_chunked_prefill"] is True and options["max_num_tokens"] == 1024
+    # One scheduler policy for both GPU targets; the dtype is stated (the tiny preset declares float32).
+    assert options["scheduler_config"] == {"capacity_scheduler_policy": "MAX_UTILIZATION"}
+    assert options["dtype"] == "bfloat16"
     found = errors(check_repository(repo))
     assert len(found) == 1 and "TRTLLM_TRITON_MODELS" in found[0].fix
 
-    # With TensorRT-LLM's templates present (as in the NGC container) they are copied in.
-    template = tmp_path / "all_models" / "llmapi" / "tensorrt_llm"
-    (template / "1").mkdir(parents=True)
-    (template / "1" / "model.py").write_text("# TensorRT-LLM's llmapi model\n")
-    (template / "config.pbtxt").write_text('name: "tensorrt_llm"\nbackend: "python"\nmax_batch_size: 0\n')
-    monkeypatch.setenv("TRTLLM_TRITON_MODELS", str(tmp_path / "all_models"))
+    # With TensorRT-LLM's tree present (as the image clones it) its python files are copied in.
+    fake_templates(tmp_path, monkeypatch)
     repo = write_repository(config, engine_dir, tmp_path / "repo")
-    assert (repo / "tensorrt_llm" / "1" / "model.py").is_file()
-    assert not any("llmapi model" in f.problem for f in check_repository(repo))
+    assert (repo / "tensorrt_llm" / "1" / "model.py").is_file() and (repo / "tensorrt_llm" / "1" / "helpers.py").is_file()
+    assert errors(check_repository(repo, world_size=1)) == []
+    assert json.loads((repo / "manifest.json").read_text())["outputs"]["tokenizer_dir"] == str(engine_dir.resolve() / "tokenizer")
+
+
+def test_llmapi_templates_of_an_unchecked_version_are_refused(tmp_path, tiny_model_dir, monkeypatch):
+    from toolkit.errors import ToolkitError
+
+    config, engine_dir = llmapi_engine(tmp_path, tiny_model_dir)
+    fake_templates(tmp_path, monkeypatch, version="0.21.0")
+    with pytest.raises(ToolkitError, match="TensorRT-LLM 0.21.0") as err:
+        write_repository(config, engine_dir, tmp_path / "repo")
+    assert "TRTLLM_TEMPLATES_VERSION" in err.value.fix
+
+
+def test_llmapi_check_finds_unknown_argument_and_disagreeing_batching(tmp_path, tiny_model_dir, monkeypatch):
+    config, engine_dir = llmapi_engine(tmp_path, tiny_model_dir)
+    fake_templates(tmp_path, monkeypatch)
+    repo = write_repository(config, engine_dir, tmp_path / "repo")
+    model_yaml = repo / "tensorrt_llm" / "1" / "model.yaml"
+    replace_in(model_yaml, "enable_chunked_prefill:", "enable_chunked_prefil:")
+    replace_in(model_yaml, "capacity_scheduler_policy: GUARANTEED_NO_EVICT", "capacity_scheduler_policy: FAST")
+    replace_in(model_yaml, "decoupled: true", "decoupled: false")
+    found = errors(check_repository(repo, world_size=2))
+    problems = " | ".join(f.problem for f in found)
+    assert '"enable_chunked_prefil" is not an LLM API argument' in problems
+    assert "capacity_scheduler_policy" in problems and "FAST" in problems
+    assert "triton_config.decoupled is false" in problems
+    assert "asks for 1 rank(s)" in problems
+    unknown = next(f for f in found if "enable_chunked_prefil" in f.problem)
+    assert unknown.line == model_yaml.read_text().splitlines().index(
+        next(line for line in model_yaml.read_text().splitlines() if line.startswith("enable_chunked_prefil"))) + 1
+
+
+def test_llmapi_build_refuses_an_unknown_option_before_writing(tmp_path, tiny_model_dir):
+    from toolkit.engine.llmapi import validate_llmapi_options
+    from toolkit.errors import ToolkitError
+
+    with pytest.raises(ToolkitError, match="kv_cache_config.free_gpu_mem_fraction"):
+        validate_llmapi_options({"model": "/m", "kv_cache_config": {"free_gpu_mem_fraction": 0.9}})
+    from toolkit.engine.llmapi import llmapi_options
+
+    cfg = validate_config({"name": "t", "engine": {"target": "llmapi"}, "quantize": {"kv_cache_dtype": "int8"}})
+    with pytest.raises(ToolkitError, match="kv_cache_dtype int8 is not offered"):
+        llmapi_options(tiny_model_dir, cfg.engine, EngineConfig.from_deployment(cfg))
+
+
+@pytest.fixture
+def trtllm_repo(tmp_path, tiny_model_dir):
+    config, engine_dir = fake_engine(tmp_path, tiny_model_dir, target="trtllm")
+    return write_repository(config, engine_dir, tmp_path / "repo")
+
+
+def test_trtllm_check_holds_parameters_to_their_documented_domains(trtllm_repo):
+    path = trtllm_repo / "tensorrt_llm" / "config.pbtxt"
+    replace_in(path, 'string_value: "0.9"', 'string_value: "1.5"')
+    replace_in(path, 'string_value: "guaranteed_no_evict"', 'string_value: "fifo"')
+    replace_in(path, 'key: "enable_chunked_context"\n  value: { string_value: "true" }',
+               'key: "enable_chunked_context"\n  value: { string_value: "yes please" }')
+    text = path.read_text()
+    path.write_text(text + 'parameters {\n  key: "kv_cache_free_gpu_memory_fraction"\n  value: { string_value: "0.5" }\n}\n')
+    findings = check_repository(trtllm_repo)
+    problems = " | ".join(f.problem for f in errors(findings))
+    assert 'kv_cache_free_gpu_mem_fraction = "1.5" must be ≤ 1' in problems
+    assert 'batch_scheduler_policy = "fifo" is not one of max_utilization, guaranteed_no_evict' in problems
+    assert "enable_chunked_context" in problems and "not a boolean" in problems
+    assert any("kv_cache_free_gpu_memory_fraction" in f.problem and f.severity == "warning" for f in findings)
+
+
+def test_trtllm_check_requires_the_templates_batching_attributes(trtllm_repo):
+    path = trtllm_repo / "tensorrt_llm" / "config.pbtxt"
+    replace_in(path, '    name: "input_lengths"\n    data_type: TYPE_INT32\n    dims: [ 1 ]\n    reshape: { shape: [ ] }\n',
+               '    name: "input_lengths"\n    data_type: TYPE_INT32\n    dims: [ 1 ]\n')
+    replace_in(path, "    allow_ragged_batch: true\n", "")
+    problems = " | ".join(f.problem for f in errors(check_repository(trtllm_repo)))
+    assert "input_lengths lacks reshape" in problems and "input_ids lacks allow_ragged_batch" in problems
+
+
+def test_check_cross_checks_models_that_must_agree(trtllm_repo, tmp_path):
+    replace_in(trtllm_repo / "ensemble" / "config.pbtxt", "max_batch_size: 8", "max_batch_size: 16")
+    post = trtllm_repo / "postprocessing" / "config.pbtxt"
+    tokenizer = parse_pbtxt(post.read_text()).all("parameters")[0].get("value").get("string_value").value
+    other = tmp_path / "other_tokenizer"
+    shutil.copytree(tokenizer, other)
+    replace_in(post, tokenizer, str(other))
+    replace_in(trtllm_repo / "tensorrt_llm_bls" / "config.pbtxt", 'string_value: "tensorrt_llm"', 'string_value: "trtllm"')
+    problems = " | ".join(f.problem for f in errors(check_repository(trtllm_repo)))
+    assert "ensemble max_batch_size 16 exceeds preprocessing's 8" in problems
+    assert "postprocessing decodes with" in problems
+    assert 'tensorrt_llm_model_name "trtllm" is not in the repository' in problems

@@ -67,3 +67,26 @@ def test_fp8_kv_cache_is_recorded(tiny_model_dir, tmp_path):
     quant = json.loads((out / "config.json").read_text())["quantization"]
     assert quant["quant_algo"] == "FP8" and quant["kv_cache_quant_algo"] == "FP8"
     assert any(k.endswith("kv_cache_scaling_factor") for k in load_ranks(out, 1)[0])
+
+
+@pytest.mark.parametrize("export", ["trtllm", "hf"])
+def test_checkpoint_keeps_the_models_own_16bit_dtype(tiny_model_dir, tmp_path, export):
+    """A bfloat16 model (as Llama-3 ships) is exported in bfloat16: embeddings, lm_head and norms too."""
+    from safetensors.torch import load_file
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    config_path = model_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("torch_dtype", None)
+    config["dtype"] = "bfloat16"
+    config_path.write_text(json.dumps(config))
+    out = tmp_path / "ck"
+    quantize_checkpoint(model_dir, out, QuantizeSection(qformat="fp8", export=export), ParallelSection(tp=1))
+    written = json.loads((out / "config.json").read_text())
+    assert (written.get("dtype") or written.get("torch_dtype")) == "bfloat16"
+    weights = load_file(str(out / ("rank0.safetensors" if export == "trtllm" else "model.safetensors")))
+    unquantized = [name for name in weights if "embed" in name or "norm" in name or "lm_head" in name]
+    assert unquantized and all(weights[name].dtype == torch.bfloat16 for name in unquantized)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["dtype"] == "bfloat16"

@@ -92,6 +92,14 @@ class EngineSection(_Section):
     batch_scheduler_policy: Literal["max_utilization", "guaranteed_no_evict"] = "guaranteed_no_evict"
     use_cuda_graph: bool = True
     workers: int = Field(1, ge=1)
+    # Triton's dynamic batcher in front of the engine model (0: Triton's default — no delay, no bound).
+    max_queue_delay_microseconds: int = Field(0, ge=0)
+    max_queue_size: int = Field(0, ge=0)
+    # GPU: cap the paged KV cache in tokens (with the free-memory fraction, the smaller wins); None: no cap.
+    max_tokens_in_paged_kv_cache: int | None = Field(None, ge=1)
+    # Instances of preprocessing / postprocessing / BLS (every stream's every token passes through them);
+    # None: 1 on the CPU target (2 cores), 4 on GPU targets (upstream advises more than one).
+    python_model_instances: int | None = Field(None, ge=1)
     # CPU engine: n-gram (prompt-lookup) speculative decoding, drafts of up to max_draft_len tokens.
     speculative_decoding: Literal["none", "ngram"] = "none"
     max_draft_len: int = Field(4, ge=1, le=16)

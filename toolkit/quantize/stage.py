@@ -76,9 +76,11 @@ def quantize_checkpoint(model_dir: Path, out_dir: Path, settings: QuantizeSectio
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
+    dtype = export_dtype(declared_dtype(model_dir), settings.export)
+    model = model.to(getattr(torch, dtype))
     with torch.inference_mode():
         if settings.export == "trtllm":
-            _export_trtllm(model, spec, out_dir, parallel)
+            _export_trtllm(model, spec, out_dir, parallel, dtype)
         elif settings.qformat == "none":
             model.save_pretrained(out_dir)
         else:
@@ -90,7 +92,7 @@ def quantize_checkpoint(model_dir: Path, out_dir: Path, settings: QuantizeSectio
     write_manifest(out_dir, "quantize",
                    inputs={"model_dir": str(model_dir), "qformat": settings.qformat,
                            "kv_cache_dtype": settings.kv_cache_dtype, "export": settings.export,
-                           "tp": parallel.tp, "pp": parallel.pp,
+                           "tp": parallel.tp, "pp": parallel.pp, "dtype": dtype,
                            "calibration": {"samples": settings.calib_size, "seq_len": settings.calib_seq_len,
                                            "text": "toolkit/data/corpus.txt (calibration paragraphs)"}},
                    outputs={"checkpoint_dir": str(out_dir), "bytes_on_disk": dir_size(out_dir),
@@ -123,11 +125,29 @@ def _enforce_quality_gate(quality: QualityReport, settings: QuantizeSection) -> 
         )
 
 
-def _export_trtllm(model, spec, out_dir: Path, parallel: ParallelSection) -> None:
+def declared_dtype(checkpoint_dir: Path) -> str | None:
+    """The dtype a checkpoint's config.json declares (`dtype` in transformers 5, `torch_dtype` before)."""
+    path = Path(checkpoint_dir) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    return config.get("dtype") or config.get("torch_dtype")
+
+
+def export_dtype(model_dtype: str | None, export: str) -> str:
+    """The checkpoint's dtype: the model's own 16-bit dtype (bfloat16 for Llama-3), so embeddings, lm_head and
+    norms are not exported — and then served — in float32. A model that declares float32 (the offline presets)
+    stays float32 in the HF export the CPU engine reads, and becomes float16 for TensorRT-LLM."""
+    if model_dtype in ("bfloat16", "float16"):
+        return model_dtype
+    return "float16" if export == "trtllm" else "float32"
+
+
+def _export_trtllm(model, spec, out_dir: Path, parallel: ParallelSection, dtype: str) -> None:
     import torch
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
-    export_tensorrt_llm_checkpoint(model, decoder_type="llama", dtype=torch.float16, export_dir=out_dir,
+    export_tensorrt_llm_checkpoint(model, decoder_type="llama", dtype=getattr(torch, dtype), export_dir=out_dir,
                                    inference_tensor_parallel=parallel.tp,
                                    inference_pipeline_parallel=parallel.pp)
     # With transformers 5 the rope theta lives under rope_parameters and the export drops it;

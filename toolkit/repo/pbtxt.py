@@ -11,14 +11,22 @@ class TensorSpec:
     data_type: str  # TYPE_INT32, TYPE_BOOL, TYPE_STRING, ...
     dims: tuple[int, ...]
     optional: bool = False
+    # `reshape: { shape: [ ] }`: a per-request scalar the model receives as [batch] rather than [batch, 1].
+    scalar: bool = False
+    # Triton may batch requests of different lengths along this tensor (each request keeps its own length).
+    ragged: bool = False
 
 
 def tensor_block(kind: str, specs: list[TensorSpec]) -> str:
     items = []
     for t in specs:
         lines = [f'    name: "{t.name}"', f"    data_type: {t.data_type}", f"    dims: [ {', '.join(map(str, t.dims))} ]"]
+        if t.scalar:
+            lines.append("    reshape: { shape: [ ] }")
         if t.optional:
             lines.append("    optional: true")
+        if t.ragged:
+            lines.append("    allow_ragged_batch: true")
         items.append("  {\n" + "\n".join(lines) + "\n  }")
     return f"{kind} [\n" + ",\n".join(items) + "\n]\n"
 
@@ -31,9 +39,28 @@ def parameters_block(params: dict[str, object]) -> str:
     return "".join(out)
 
 
+@dataclass(frozen=True)
+class DynamicBatching:
+    """Triton's dynamic batcher; for the TensorRT-LLM backend it only hands requests over sooner
+    (the backend batches in flight itself). 0 leaves Triton's default (no delay, unbounded queue)."""
+    preferred_batch_size: int | None = None
+    max_queue_delay_microseconds: int = 0
+    max_queue_size: int = 0
+
+    def text(self) -> str:
+        lines = []
+        if self.preferred_batch_size:
+            lines.append(f"  preferred_batch_size: [ {self.preferred_batch_size} ]")
+        if self.max_queue_delay_microseconds:
+            lines.append(f"  max_queue_delay_microseconds: {self.max_queue_delay_microseconds}")
+        if self.max_queue_size:
+            lines.append(f"  default_queue_policy: {{ max_queue_size: {self.max_queue_size} }}")
+        return "dynamic_batching {\n" + "".join(line + "\n" for line in lines) + "}\n"
+
+
 def model_config(name: str, backend: str | None, max_batch_size: int, inputs: list[TensorSpec],
                  outputs: list[TensorSpec], params: dict[str, object] | None = None, decoupled: bool = False,
-                 instance_count: int = 1, extra: str = "") -> str:
+                 instance_count: int = 1, extra: str = "", batching: DynamicBatching | None = None) -> str:
     text = f'name: "{name}"\n'
     if backend:
         text += f'backend: "{backend}"\n'
@@ -42,6 +69,8 @@ def model_config(name: str, backend: str | None, max_batch_size: int, inputs: li
     text += f"max_batch_size: {max_batch_size}\n"
     if decoupled:
         text += "model_transaction_policy {\n  decoupled: true\n}\n"
+    if batching:
+        text += batching.text()
     text += tensor_block("input", inputs) + tensor_block("output", outputs)
     if backend:
         text += f"instance_group [\n  {{\n    count: {instance_count}\n    kind: KIND_CPU\n  }}\n]\n"

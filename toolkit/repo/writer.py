@@ -3,6 +3,9 @@
 Target `cpu`: python-backend models (toolkit/repo/python_models/) — the CPU engine serves the
 engine directory with in-flight batching. Target `trtllm`: the same layout with the
 `tensorrtllm` backend and its inflight_fused_batching parameters (runs in the NGC container).
+Target `llmapi`: TensorRT-LLM's own `llmapi` python model with a model.yaml of LLM(...) arguments.
+Tensors and parameters follow the upstream templates (toolkit/repo/upstream.py says what is set,
+what is left out and why).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from toolkit.engine.engine_config import EngineConfig
 from toolkit.config import DeploymentConfig
 from toolkit.errors import ToolkitError
 from toolkit.manifest import read_manifest, write_manifest
-from toolkit.repo.models import ENSEMBLE_STEPS, MODEL_TENSORS
+from toolkit.repo.models import ENSEMBLE_STEPS, LLMAPI_INPUTS, LLMAPI_OUTPUTS, MODEL_TENSORS
 from toolkit.repo.native import build_backend
-from toolkit.repo.pbtxt import ensemble_scheduling, model_config
+from toolkit.repo.pbtxt import DynamicBatching, ensemble_scheduling, model_config
+from toolkit.repo.upstream import (CHECKED_TEMPLATE_VERSIONS, EXECUTOR_WORKER_PATH, TEMPLATE_DIR_ENV,
+                                   TEMPLATE_VERSION_ENV, TRITON_IMAGE_TAG)
 
 # python_models/<source> → <model>/1/<file>
 _PYTHON_FILES = {
@@ -43,13 +48,22 @@ def _copy_python_model(repo_dir: Path, model: str) -> None:
         (version_dir / dest).write_text(package.joinpath(source).read_text())
 
 
-def engine_model_config(config: DeploymentConfig, engine: EngineConfig, engine_dir: Path) -> str:
-    inputs, outputs = MODEL_TENSORS["tensorrt_llm"]
+def python_model_instances(config: DeploymentConfig) -> int:
+    """Instances of preprocessing / postprocessing / BLS: every stream's every token passes through them."""
+    return config.engine.python_model_instances or (1 if config.engine.target == "cpu" else 4)
+
+
+def _batching(config: DeploymentConfig, engine: EngineConfig) -> DynamicBatching:
     e = config.engine
-    if e.target == "cpu":
-        params = {"engine_dir": engine_dir, "enable_kv_cache_reuse": e.enable_kv_cache_reuse}
-        return model_config("tensorrt_llm", "python", engine.max_batch_size, inputs, outputs, params, decoupled=True)
-    params = {
+    return DynamicBatching(engine.max_batch_size, e.max_queue_delay_microseconds, e.max_queue_size)
+
+
+def trtllm_parameters(config: DeploymentConfig, engine_dir: Path) -> dict[str, object]:
+    """The `tensorrtllm` backend's parameters: the keys upstream.TRTLLM_PARAMS marks as set."""
+    e = config.engine
+    params: dict[str, object] = {
+        "max_beam_width": 1,
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
         "gpt_model_type": "inflight_fused_batching",
         "gpt_model_path": engine_dir,
         "batch_scheduler_policy": e.batch_scheduler_policy,
@@ -58,23 +72,35 @@ def engine_model_config(config: DeploymentConfig, engine: EngineConfig, engine_d
         "enable_chunked_context": e.enable_chunked_context,
         # Only generated tokens come back, so clients count output tokens, not prompt + output.
         "exclude_input_in_output": True,
-        "max_beam_width": 1,
+        "cuda_graph_mode": e.use_cuda_graph,
+        "executor_worker_path": EXECUTOR_WORKER_PATH,
     }
-    return model_config("tensorrt_llm", "tensorrtllm", engine.max_batch_size, inputs, outputs, params,
-                        decoupled=True,
-                        extra=f"dynamic_batching {{\n  preferred_batch_size: [ {engine.max_batch_size} ]\n}}\n")
+    if e.max_tokens_in_paged_kv_cache:
+        params["max_tokens_in_paged_kv_cache"] = e.max_tokens_in_paged_kv_cache
+    return params
 
 
-LLMAPI_TEMPLATE_ENV = "TRTLLM_TRITON_MODELS"
-_LLMAPI_TEMPLATE_CANDIDATES = ("/app/all_models", "/opt/tensorrt_llm/triton_backend/all_models",
+def engine_model_config(config: DeploymentConfig, engine: EngineConfig, engine_dir: Path) -> str:
+    inputs, outputs = MODEL_TENSORS["tensorrt_llm"]
+    if config.engine.target == "cpu":
+        params = {"engine_dir": engine_dir, "enable_kv_cache_reuse": config.engine.enable_kv_cache_reuse}
+        backend = "python"
+    else:
+        params, backend = trtllm_parameters(config, engine_dir), "tensorrtllm"
+    return model_config("tensorrt_llm", backend, engine.max_batch_size, inputs, outputs, params, decoupled=True,
+                        batching=_batching(config, engine))
+
+
+_LLMAPI_TEMPLATE_CANDIDATES = ("/opt/tensorrt_llm/triton_backend/all_models", "/app/all_models",
                                "/workspace/tensorrt_llm/triton_backend/all_models")
 
 
 def llmapi_template_dir() -> Path | None:
-    """TensorRT-LLM's own llmapi Triton model (config.pbtxt + model.py), shipped in its container."""
+    """TensorRT-LLM's own llmapi Triton model (1/model.py, 1/helpers.py), from the TensorRT-LLM tree the
+    image cloned at its release tag (TRTLLM_TRITON_MODELS), as NVIDIA's guide gets it."""
     import os
 
-    roots = [os.environ[LLMAPI_TEMPLATE_ENV]] if os.environ.get(LLMAPI_TEMPLATE_ENV) else []
+    roots = [os.environ[TEMPLATE_DIR_ENV]] if os.environ.get(TEMPLATE_DIR_ENV) else []
     for root in roots + list(_LLMAPI_TEMPLATE_CANDIDATES):
         candidate = Path(root) / "llmapi" / "tensorrt_llm"
         if (candidate / "1" / "model.py").is_file():
@@ -82,11 +108,47 @@ def llmapi_template_dir() -> Path | None:
     return None
 
 
+def template_version() -> str | None:
+    """The TensorRT-LLM version of the templates: TRTLLM_TEMPLATES_VERSION, else the installed package's."""
+    import os
+    from importlib import metadata
+
+    if os.environ.get(TEMPLATE_VERSION_ENV):
+        return os.environ[TEMPLATE_VERSION_ENV]
+    try:
+        return metadata.version("tensorrt_llm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_template_version(version: str | None) -> None:
+    import os
+
+    if version in CHECKED_TEMPLATE_VERSIONS or os.environ.get("TOOLKIT_UNCHECKED_TEMPLATES") == "1":
+        return
+    what = f"TensorRT-LLM {version}" if version else "templates of unknown version"
+    raise ToolkitError(f"{what}: the toolkit's repository was checked against TensorRT-LLM "
+                       f"{', '.join(CHECKED_TEMPLATE_VERSIONS)} only",
+                       f"use the image docker/Dockerfile pins ({TRITON_IMAGE_TAG}), set {TEMPLATE_VERSION_ENV} to the "
+                       "tag you cloned, or TOOLKIT_UNCHECKED_TEMPLATES=1 to go on unchecked")
+
+
+def llmapi_model_config() -> str:
+    """The llmapi template's config.pbtxt with max_batch_size and decoupled written out: the template leaves
+    them to model.yaml via auto_complete_config, which Triton skips under --disable-auto-complete-config
+    (NVIDIA's launch_triton_server.py passes it, and so do we)."""
+    return model_config("tensorrt_llm", "python", LLMAPI_MAX_BATCH_SIZE, LLMAPI_INPUTS, LLMAPI_OUTPUTS, decoupled=True)
+
+
+# The llmapi model takes one prompt per request ("batch support is tracked" upstream): batching happens
+# inside the LLM API's scheduler, so Triton's max_batch_size is 0.
+LLMAPI_MAX_BATCH_SIZE = 0
+
+
 def write_llmapi_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> list[str]:
     """The engine-free variant: one `tensorrt_llm` model (TensorRT-LLM's llmapi python model) whose
-    model.yaml holds the LLM(...) arguments written by `toolkit build --target llmapi`.
-    Its config.pbtxt and model.py come from TensorRT-LLM (not reproduced here); without them the
-    repository check fails and says where to get them."""
+    model.yaml holds the LLM(...) arguments written by `toolkit build --target llmapi`. Its python files come
+    from TensorRT-LLM at a checked version; without them the repository check fails and says where to get them."""
     import yaml
 
     from toolkit.engine.llmapi import LLMAPI_CONFIG_FILE
@@ -94,35 +156,46 @@ def write_llmapi_repository(config: DeploymentConfig, engine_dir: Path, repo_dir
     model_dir = repo_dir / "tensorrt_llm"
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     options = yaml.safe_load((engine_dir / LLMAPI_CONFIG_FILE).read_text())
-    options["triton_config"] = {"max_batch_size": 0, "decoupled": True}
+    options["triton_config"] = {"max_batch_size": LLMAPI_MAX_BATCH_SIZE, "decoupled": True}
     (model_dir / "1" / "model.yaml").write_text(yaml.safe_dump(options, sort_keys=False))
+    _write(model_dir / "config.pbtxt", llmapi_model_config())
     template = llmapi_template_dir()
     if template is None:
         return []
-    shutil.copy2(template / "config.pbtxt", model_dir / "config.pbtxt")
-    shutil.copy2(template / "1" / "model.py", model_dir / "1" / "model.py")
+    check_template_version(template_version())
+    for source in sorted((template / "1").glob("*.py")):
+        shutil.copy2(source, model_dir / "1" / source.name)
     return [str(template)]
 
 
 def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> Path:
     start = time.perf_counter()
     read_manifest(engine_dir, "build", "toolkit build --config ...")
-    if config.engine.target == "llmapi":
-        _empty_dir(repo_dir)
-        templates = write_llmapi_repository(config, engine_dir.resolve(), repo_dir)
-        write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": "llmapi"},
-                       {"models": ["tensorrt_llm"], "templates": templates}, time.perf_counter() - start)
-        return repo_dir
-    engine = EngineConfig.read(engine_dir)
     engine_dir = engine_dir.resolve()
     tokenizer_dir = tokenizer_dir_of(engine_dir, config.engine.target)
+    if config.engine.target == "llmapi":
+        _empty_dir(repo_dir)
+        templates = write_llmapi_repository(config, engine_dir, repo_dir)
+        write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": "llmapi"},
+                       {"models": ["tensorrt_llm"], "templates": templates, "tokenizer_dir": str(tokenizer_dir),
+                        "client_model": "tensorrt_llm", "tensors": "llmapi"}, time.perf_counter() - start)
+        return repo_dir
+    engine = EngineConfig.read(engine_dir)
     _empty_dir(repo_dir)
     batch = engine.max_batch_size
+    instances = python_model_instances(config)
 
+    pre_in, pre_out = MODEL_TENSORS["preprocessing"]
+    _write(repo_dir / "preprocessing" / "config.pbtxt",
+           model_config("preprocessing", "python", batch, pre_in, pre_out,
+                        {"tokenizer_dir": tokenizer_dir, "add_special_tokens": True},
+                        instance_count=instances, batching=_batching(config, engine)))
+    post_in, post_out = MODEL_TENSORS["postprocessing"]
+    _write(repo_dir / "postprocessing" / "config.pbtxt",
+           model_config("postprocessing", "python", batch, post_in, post_out,
+                        {"tokenizer_dir": tokenizer_dir, "skip_special_tokens": True},
+                        instance_count=instances, batching=DynamicBatching()))
     for name in ("preprocessing", "postprocessing"):
-        inputs, outputs = MODEL_TENSORS[name]
-        _write(repo_dir / name / "config.pbtxt",
-               model_config(name, "python", batch, inputs, outputs, {"tokenizer_dir": tokenizer_dir}))
         _copy_python_model(repo_dir, name)
 
     _write(repo_dir / "tensorrt_llm" / "config.pbtxt", engine_model_config(config, engine, engine_dir))
@@ -132,9 +205,10 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
         (repo_dir / "tensorrt_llm" / "1").mkdir(parents=True, exist_ok=True)
 
     inputs, outputs = MODEL_TENSORS["ensemble"]
-    # The BLS alternative to the ensemble: same tensors, decoupled, whole-sequence detokenization.
+    # The BLS alternative to the ensemble: same tensors, decoupled, incremental detokenization.
     _write(repo_dir / "tensorrt_llm_bls" / "config.pbtxt",
-           model_config("tensorrt_llm_bls", "python", batch, inputs, outputs, decoupled=True))
+           model_config("tensorrt_llm_bls", "python", batch, inputs, outputs,
+                        {"tensorrt_llm_model_name": "tensorrt_llm"}, decoupled=True, instance_count=instances))
     _copy_python_model(repo_dir, "tensorrt_llm_bls")
     _write(repo_dir / "ensemble" / "config.pbtxt",
            model_config("ensemble", None, batch, inputs, outputs, extra=ensemble_scheduling(ENSEMBLE_STEPS)))
@@ -142,7 +216,8 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
 
     write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": config.engine.target},
                    {"models": sorted(p.name for p in repo_dir.iterdir() if p.is_dir()),
-                    "tokenizer_dir": str(tokenizer_dir)}, time.perf_counter() - start)
+                    "tokenizer_dir": str(tokenizer_dir), "client_model": "ensemble", "tensors": "ensemble"},
+                   time.perf_counter() - start)
     return repo_dir
 
 

@@ -1,9 +1,11 @@
 """Triton python model `tensorrt_llm_bls`: preprocessing → tensorrt_llm → postprocessing as
 Business Logic Scripting, an alternative to the ensemble with the same inputs and outputs.
 
-What it adds over the ensemble: detokenization of the whole sequence so far, sending only the new text,
-and holding back a trailing partial UTF-8 character until the token that completes it arrives (the
-ensemble decodes each streamed token alone, which can split multi-byte characters).
+What it adds over the ensemble: incremental detokenization that keeps characters whole. Each new piece is
+decoded with a few tokens of left context (a window from `prefix` on, as vLLM does), sending only the new
+text and holding back a trailing partial UTF-8 character until the token that completes it arrives (the
+ensemble decodes each streamed token alone, which can split multi-byte characters). The cost per token is
+constant: the whole sequence is never re-decoded.
 Each request runs on its own thread so that requests reach the engine concurrently (in-flight batching).
 
 Runs inside Triton's python backend; imports only numpy and triton_python_backend_utils.
@@ -15,6 +17,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 _REPLACEMENT = "\ufffd"
+# Tokens of already-sent text decoded again as left context, so that a tokenizer that merges bytes or
+# spaces across tokens decodes the new piece as it would in the whole text.
+_CONTEXT_TOKENS = 4
 
 
 def _value(request, name, default=None):
@@ -33,7 +38,12 @@ def _raise_if_error(response, step):
 
 class TritonPythonModel:
     def initialize(self, args):
+        import json
+
         self.threads = set()
+        params = json.loads(args["model_config"]).get("parameters", {})
+        self.engine_model = params.get("tensorrt_llm_model_name", {}).get("string_value", "tensorrt_llm")
+        self.postprocessing_model = "postprocessing"
 
     def execute(self, requests):
         for request in requests:
@@ -78,11 +88,11 @@ class TritonPythonModel:
             pb_utils.Tensor("end_id", out["OUT_END_ID"]),
             _tensor("streaming", stream, bool),
         ]
-        responses = pb_utils.InferenceRequest(model_name="tensorrt_llm", inputs=engine_inputs,
+        responses = pb_utils.InferenceRequest(model_name=self.engine_model, inputs=engine_inputs,
                                               requested_output_names=["output_ids", "sequence_length"]
                                               ).exec(decoupled=True)
         tokens: list[int] = []
-        sent_text = ""
+        prefix = read = 0  # tokens[prefix:read] were decoded and sent; tokens[read:] are new
         for response in responses:
             _raise_if_error(response, "tensorrt_llm")
             ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
@@ -91,20 +101,28 @@ class TritonPythonModel:
             lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
             new = ids.as_numpy()[0, 0, : int(lengths.reshape(-1)[0])].tolist()
             tokens.extend(new)
-            full = self._detokenize(tokens)
+            sent, full = self._detokenize([tokens[prefix:read], tokens[prefix:]])
             # Hold back a trailing partial character until the token that completes it arrives.
-            ready = full.rstrip(_REPLACEMENT) if stream else full
-            delta, sent_text = ready[len(sent_text):], ready if ready.startswith(sent_text) else sent_text
+            if stream and full.endswith(_REPLACEMENT):
+                delta = ""
+            else:
+                delta = full[len(sent):] if full.startswith(sent) else full
+                prefix, read = max(read - _CONTEXT_TOKENS, 0), len(tokens)
             sender.send(pb_utils.InferenceResponse(output_tensors=[
                 _tensor("text_output", delta.encode("utf-8"), object),
                 _tensor("output_token_count", len(new), np.int32)]))
 
-    def _detokenize(self, tokens):
+    def _detokenize(self, pieces):
+        """Decode several token lists in one postprocessing call (one beam each, so the batch stays 1)."""
+        width = max(1, max(len(p) for p in pieces))
+        batch = np.zeros((1, len(pieces), width), dtype=np.int32)
+        for beam, piece in enumerate(pieces):
+            batch[0, beam, :len(piece)] = piece
+        lengths = np.array([[len(p) for p in pieces]], dtype=np.int32)
         post = pb_utils.InferenceRequest(
-            model_name="postprocessing",
-            inputs=[pb_utils.Tensor("TOKENS_BATCH", np.array([[tokens]], dtype=np.int32)),
-                    pb_utils.Tensor("SEQUENCE_LENGTH", np.array([[len(tokens)]], dtype=np.int32))],
+            model_name=self.postprocessing_model,
+            inputs=[pb_utils.Tensor("TOKENS_BATCH", batch), pb_utils.Tensor("SEQUENCE_LENGTH", lengths)],
             requested_output_names=["OUTPUT"]).exec()
         _raise_if_error(post, "postprocessing")
-        value = pb_utils.get_output_tensor_by_name(post, "OUTPUT").as_numpy().reshape(-1)[0]
-        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        values = pb_utils.get_output_tensor_by_name(post, "OUTPUT").as_numpy().reshape(-1)
+        return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]

@@ -15,6 +15,8 @@ class TritonPythonModel:
     def initialize(self, args):
         params = json.loads(args["model_config"])["parameters"]
         self.tokenizer = AutoTokenizer.from_pretrained(params["tokenizer_dir"]["string_value"])
+        flag = params.get("skip_special_tokens", {}).get("string_value", "true")
+        self.skip_special_tokens = flag.lower() in ("true", "1", "yes")
 
     def execute(self, requests):
         responses = []
@@ -25,7 +27,7 @@ class TritonPythonModel:
             for batch_tokens, batch_lengths in zip(tokens, lengths):
                 for beam_tokens, length in zip(batch_tokens, batch_lengths):
                     ids = beam_tokens[: int(length)].tolist()
-                    texts.append(self.tokenizer.decode(ids, skip_special_tokens=True).encode("utf-8"))
+                    texts.append(self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens).encode("utf-8"))
             out = np.array(texts, dtype=object).reshape(tokens.shape[0], -1)
             # Tokens in this response (first beam), so clients need not re-tokenize lossy streamed text.
             counts = lengths[:, :1].astype(np.int32).reshape(tokens.shape[0], 1)

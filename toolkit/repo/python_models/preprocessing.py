@@ -19,6 +19,8 @@ class TritonPythonModel:
     def initialize(self, args):
         params = json.loads(args["model_config"])["parameters"]
         self.tokenizer = AutoTokenizer.from_pretrained(params["tokenizer_dir"]["string_value"])
+        flag = params.get("add_special_tokens", {}).get("string_value", "true")
+        self.add_special_tokens = flag.lower() in ("true", "1", "yes")
         self.eos_id = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else -1
 
     def execute(self, requests):
@@ -27,7 +29,7 @@ class TritonPythonModel:
             try:
                 query = pb_utils.get_input_tensor_by_name(request, "QUERY").as_numpy().reshape(-1)[0]
                 text = query.decode("utf-8") if isinstance(query, bytes) else str(query)
-                ids = self.tokenizer(text).input_ids
+                ids = self.tokenizer(text, add_special_tokens=self.add_special_tokens).input_ids
                 output_len = int(_optional(request, "REQUEST_OUTPUT_LEN", 16))
                 end_id = int(_optional(request, "END_ID", self.eos_id))
                 # ignore_eos (vLLM / AIPerf convention): generate exactly REQUEST_OUTPUT_LEN tokens.
