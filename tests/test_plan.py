@@ -243,6 +243,17 @@ def test_nvfp4_quantize_refuses_on_cpu_in_one_line():
         modelopt_config("nvfp4", "int8", device="cuda")
 
 
+def test_trtllm_build_flags_come_from_the_table():
+    from toolkit.quantize.formats import trtllm_build_flags
+
+    assert trtllm_build_flags("none", "none") == ["--gemm_plugin", "auto"]
+    assert trtllm_build_flags("none", "fp8") == ["--gemm_plugin", "auto", "--use_fp8_context_fmha", "enable"]
+    assert trtllm_build_flags("fp8", "none") == ["--gemm_plugin", "disable", "--use_fp8_context_fmha", "enable"]
+    assert trtllm_build_flags("nvfp4", "fp8")[:2] == ["--gemm_plugin", "nvfp4"]
+    assert {f.trtllm_quant_algo for f in QFORMATS.values()} == \
+        {None, "FP8", "W8A8_SQ_PER_CHANNEL", "W4A16_AWQ", "W4A8_AWQ", "NVFP4"}
+
+
 def test_fp8_modelopt_config_with_fp8_kv():
     config = modelopt_config("fp8", "fp8")
     assert config["quant_cfg"][-1]["quantizer_name"] == "*[kv]_bmm_quantizer"
@@ -282,9 +293,13 @@ def test_cpu_crossover_batch_comes_earlier_for_int4():
         (64_538_112 / 30e9) / (2 * 106_980_096 / 100e9 - 2_621_440 / 30e9))
     assert cpu_crossover_batch(SMALL, "none", 160, PROBE) == pytest.approx(
         (213_960_192 / 30e9) / (2 * 106_980_096 / 200e9 - 2_621_440 / 30e9))
-    # TTFT floor at ISL 128 on the int8 kernel: 2 · 106,980,096 · 128 / 100e9 = 273.9 ms (+ fixed cost).
+    # TTFT floor at ISL 128: the int8 kernel (100 GFLOP/s) is slower than bf16's (200), so prefill widens
+    # to bf16: 2 · 106,980,096 · 128 / 200e9 = 136.9 ms (+ fixed cost); a faster format kernel is used as is.
     assert cpu_prefill_seconds(SMALL, "int8_sq", 128, PROBE, step_overhead_s=0) == \
-        pytest.approx(2 * 106_980_096 * 128 / 100e9)
+        pytest.approx(2 * 106_980_096 * 128 / 200e9)
+    fast_int4 = {**PROBE, "flops": {**PROBE["flops"], "int4": 300e9}}
+    assert cpu_prefill_seconds(SMALL, "int4_awq", 128, fast_int4, step_overhead_s=1e-3) == \
+        pytest.approx(2 * 106_980_096 * 128 / 300e9 + 1e-3)
 
 
 def test_nvfp4_is_refused_on_the_cpu_engine():
@@ -328,7 +343,8 @@ def test_plan_cli_gpu_defaults_table_and_errors(tmp_path):
     ok = toolkit("plan", "-c", cpu_tiny, "-m", "llama-3-8b", "-g", "h100-sxm", "--batch", "8")
     assert ok.returncode == 0, ok.stderr
     assert "weights bf16" in ok.stdout and "KV bf16" in ok.stdout and "419,977 tokens" in ok.stdout
-    assert "step floor 5.13 ms at batch 8 (4.84 ms at batch 1)" in ok.stdout
+    assert "step floor 5.13 ms at batch 8 (4.84 ms at batch 1); reading the weights alone 4.79 ms" in ok.stdout
+    assert "fp8 9.08 GB: decode 2.75 ms at batch 1" in ok.stdout and "nvfp4" not in ok.stdout  # no fp4 on H100
     out = tmp_path / "build" / "plans" / "llama-3-8b-h100-sxm"
     assert (out / "plan.json").is_file() and (out / "roofline.png").is_file()
     bigger = toolkit("plan", "-c", cpu_tiny, "-m", "llama-2-13b", "-g", "rtx-4090", "--weights", "fp16",

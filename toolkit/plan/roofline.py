@@ -8,7 +8,8 @@ One decode step for `batch` sequences of `context` tokens (per pipeline stage, �
         2 · parameters · batch / (tp · pp · the format's compute rate))
     + all-reduce (TP) + the device's fixed per-step cost
 FLOPs count 2 per parameter per token (attention's context-length term is left out: under 2 % at
-1k tokens for an 8B model). On a GPU the rate is the datasheet's dense tensor peak for the type the
+1k tokens for an 8B model). Prefill on the CPU runs at the faster of the format's kernel and bf16's
+(`prefill_flops_rate`). On a GPU the rate is the datasheet's dense tensor peak for the type the
 format computes in, and the fixed cost is 0 (floors). On this CPU the rate is the probed rate of the
 kernel the CPU engine runs for the format (toolkit/plan/cpu_probe.py), the bandwidth is a probed
 batch-1 GEMV's, and the fixed cost is `HardwareSpec.step_overhead_s`.
@@ -90,10 +91,18 @@ def crossover_batch(spec: ModelSpec, hw: HardwareSpec, d: Deployment, context_to
     return none.memory_s / (compute_per_seq - memory_per_seq)
 
 
+def prefill_flops_rate(hw: HardwareSpec, weights: str) -> float:
+    """The rate prefill's matmuls can reach. On the CPU a weight-only kernel is built for small
+    batches: at prompt length an engine can widen a layer's weights to bf16 and use the bf16 GEMM
+    (the widening is one pass over the weights), so the faster of the two is the floor."""
+    rate = hw.peak_flops(weights)
+    return max(rate, hw.peak_flops("bf16")) if hw.kind == "cpu" else rate
+
+
 def prefill_seconds(spec: ModelSpec, hw: HardwareSpec, d: Deployment, tokens: int) -> float:
     """Floor of one prompt's prefill: 2·P·S FLOPs over the TP group's rate (PP does not speed one
     request), or reading the weights once, whichever is longer, plus the fixed step cost."""
-    compute = 2 * spec.total_params * tokens / (hw.peak_flops(d.weights) * d.tp)
+    compute = 2 * spec.total_params * tokens / (prefill_flops_rate(hw, d.weights) * d.tp)
     memory = weight_bytes(spec, d.weights) / d.tp / hw.bandwidth_bytes
     return max(compute, memory) + hw.step_overhead_s
 
@@ -155,6 +164,28 @@ def plan_roofline(spec: ModelSpec, hw: HardwareSpec, d: Deployment, mem: MemoryP
         decode_step_floor_s=step.seconds, decode_step_floor_batch1_s=decode_step(spec, hw, d, 1, context).seconds,
         decode_allreduce_s=step.allreduce_s, step_overhead_s=hw.step_overhead_s, ttft_s=prefill_expected,
         tpot_s=step.seconds, e2e_s=prefill_expected + (d.osl - 1) * step.seconds, decode_by_batch=points)
+
+
+def format_comparison(spec: ModelSpec, hw: HardwareSpec, d: Deployment) -> list[dict]:
+    """Every weight format this device can run, at the plan's shapes: weight bytes, decode step at
+    batch 1 and at the planned batch, the crossover batch, and the prefill floor."""
+    from toolkit.errors import ToolkitError
+    from toolkit.quantize.formats import QFORMATS
+
+    context = d.isl + d.osl / 2
+    rows = []
+    for weights in ("bf16", *(n for n in QFORMATS if n != "none")):
+        try:
+            hw.compute_type(weights)
+        except ToolkitError:
+            continue
+        f = replace(d, weights=weights)
+        rows.append({"weights": weights, "weight_bytes": weight_bytes(spec, weights),
+                     "decode_step_batch1_s": decode_step(spec, hw, f, 1, context).seconds,
+                     "decode_step_s": decode_step(spec, hw, f, d.batch, context).seconds,
+                     "crossover_batch": crossover_batch(spec, hw, f, context),
+                     "prefill_floor_s": prefill_seconds(spec, hw, f, d.isl)})
+    return rows
 
 
 # --- the CPU engine's roofline, for the engine benchmark -------------------------------------------

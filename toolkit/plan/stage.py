@@ -17,7 +17,7 @@ from toolkit.model.spec import ModelSpec
 from toolkit.plan.gpus import catalog_gpu, hardware_spec, is_cpu
 from toolkit.plan.hardware import HardwareSpec
 from toolkit.plan.memory import Deployment, plan_memory, smallest_tp_that_fits
-from toolkit.plan.roofline import ceil_batch, plan_roofline
+from toolkit.plan.roofline import ceil_batch, format_comparison, plan_roofline
 
 # A GPU plan's workload when neither the config nor a flag says (ISL/OSL of docs/gpu-validation.md).
 GPU_DEFAULTS = dict(pp=1, weights="bf16", kv_dtype="bf16", max_num_tokens=8192, batch=8, isl=1024, osl=128)
@@ -65,7 +65,7 @@ def make_plan(spec: ModelSpec, hw: HardwareSpec, d: Deployment) -> dict:
     roofline = plan_roofline(spec, hw, d, memory)
     return {"model": spec.to_dict(), "gpu": hw.to_dict(), "deployment": d.__dict__.copy(),
             "memory": memory.to_dict(), "smallest_tp_that_fits": smallest_tp_that_fits(spec, hw, d),
-            "roofline": roofline.to_dict()}
+            "roofline": roofline.to_dict(), "formats": format_comparison(spec, hw, d)}
 
 
 def default_plan_dir(build_dir: Path, spec: ModelSpec, device: str) -> Path:
@@ -102,6 +102,13 @@ def _device_row(g: dict, d: dict) -> str:
             f"{g['bandwidth_tbs'] * 1e3:,.0f} GB/s")
 
 
+def _format_cell(f: dict, batch: int) -> str:
+    cross = ceil_batch(f["crossover_batch"])
+    return (f"{f['weights']} {_gb(f['weight_bytes'])}: decode {_ms(f['decode_step_batch1_s'])} at batch 1, "
+            f"{_ms(f['decode_step_s'])} at {batch}, " + (f"compute-bound from batch {cross}, " if cross else "never compute-bound, ")
+            + f"prefill {_ms(f['prefill_floor_s'])}")
+
+
 def render_table(plan: dict) -> str:
     m, r, d, g = plan["memory"], plan["roofline"], plan["deployment"], plan["gpu"]
     peak = r["crossover"] * g["bandwidth_tbs"] * 1e12
@@ -129,14 +136,16 @@ def render_table(plan: dict) -> str:
                     f"floor {_ms(r['prefill_floor_s'])}, expected {_ms(r['prefill_expected_s'])} "
                     f"at {d['prefill_efficiency']:.0%} of peak"),
         ("decode", f"intensity {r['decode_intensity']:,.1f} FLOP/byte at batch {d['batch']} → {r['decode_bound']}-bound; "
-                   f"step floor {_ms(r['decode_step_floor_s'])} at batch {d['batch']} "
-                   f"({_ms(r['decode_step_floor_batch1_s'])} at batch 1)"
+                   f"step floor {_ms(r['decode_step_floor_s'])} at batch {d['batch']}"
+                   + (f" ({_ms(r['decode_step_floor_batch1_s'])} at batch 1)" if d["batch"] != 1 else "")
+                   + f"; reading the weights alone {_ms(m['weight_bytes_per_gpu'] / (g['bandwidth_tbs'] * 1e12))}"
                    + (f", all-reduce {_ms(r['decode_allreduce_s'])}" if d["tp"] > 1 else "")
                    + (f", fixed {_ms(r['step_overhead_s'])}" if r["step_overhead_s"] else "")),
         ("request", f"ISL {d['isl']:,}, OSL {d['osl']:,} at batch {d['batch']}: TTFT {_ms(r['ttft_s'])}, "
                     f"TPOT {_ms(r['tpot_s'])}, end-to-end {_ms(r['e2e_s'])}"),
         ("decode by batch", ", ".join(f"{p['batch']}: {_ms(p['step_seconds'])} {p['tokens_per_second']:,.0f} tok/s "
                                       f"({p['bound']})" for p in r["decode_by_batch"])),
+        ("by format", "; ".join(_format_cell(f, d["batch"]) for f in plan.get("formats", []))),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

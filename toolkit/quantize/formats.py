@@ -113,6 +113,17 @@ def weight_bytes_per_element(name: str) -> float:
     return DTYPES[fmt.weight_dtype].bytes + scales
 
 
+def trtllm_build_flags(qformat_name: str, kv_cache_dtype: str) -> list[str]:
+    """The quantization-dependent `trtllm-build` flags. The quantization itself travels in the
+    checkpoint (quant_algo / kv_cache_quant_algo in its config), not in flags."""
+    fmt = qformat(qformat_name)
+    check_kv_cache_dtype(fmt, kv_cache_dtype)
+    flags = ["--gemm_plugin", fmt.trtllm_gemm_plugin]
+    if fmt.gpu_compute in ("fp8", "fp4") or kv_cache_dtype == "fp8":
+        flags += ["--use_fp8_context_fmha", "enable"]  # attention's context phase in fp8 beside fp8 GEMMs / KV
+    return flags
+
+
 def check_kv_cache_dtype(fmt: QuantFormat, kv_cache_dtype: str) -> None:
     if kv_cache_dtype not in fmt.kv_cache_dtypes:
         raise ToolkitError(f"qformat {fmt.name} does not take kv_cache_dtype {kv_cache_dtype}",
