@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolkit.errors import ToolkitError
+from toolkit.plan.cpu_probe import DEFAULT_STEP_OVERHEAD_S
 from toolkit.quantize.formats import KV_CACHE_DTYPES, QFORMAT_NAMES
 
 # From the one quantization-format table (toolkit/quantize/formats.py).
@@ -231,7 +232,7 @@ class PlanSection(_Section):
     runtime_overhead_gb: float = Field(2.0, ge=0)  # GPU: CUDA context and workspaces, beside weights/activations/KV
     # CPU engine: fixed cost of one decode step beyond memory and compute time (measure it with
     # perf/engine_bench.py; the default is an assumption, see toolkit/plan/cpu_probe.py).
-    cpu_step_overhead_ms: float = Field(0.5, ge=0)
+    cpu_step_overhead_ms: float = Field(DEFAULT_STEP_OVERHEAD_S * 1e3, ge=0)
 
 
 class ArtifactSource(_Section):
