@@ -34,6 +34,12 @@ ENGINE_INPUTS = [
     TensorSpec("request_output_len", I32, (1,), scalar=True),
     TensorSpec("end_id", I32, (1,), optional=True, scalar=True),
     TensorSpec("streaming", BOOL, (1,), optional=True, scalar=True),
+    # Sampling, as the template carries it (none sent: greedy; the CPU engine's sampling.py).
+    TensorSpec("beam_width", I32, (1,), optional=True, scalar=True),
+    TensorSpec("temperature", FP32, (1,), optional=True, scalar=True),
+    TensorSpec("runtime_top_k", I32, (1,), optional=True, scalar=True),
+    TensorSpec("runtime_top_p", FP32, (1,), optional=True, scalar=True),
+    TensorSpec("seed", U64, (1,), optional=True, scalar=True),
 ]
 ENGINE_OUTPUTS = [
     TensorSpec("output_ids", I32, (-1, -1)),
@@ -51,7 +57,15 @@ ENSEMBLE_INPUTS = [
     TensorSpec("stream", BOOL, (1,), optional=True),
     TensorSpec("end_id", I32, (1,), optional=True),
     TensorSpec("ignore_eos", BOOL, (1,), optional=True),
+    TensorSpec("top_k", I32, (1,), optional=True),
+    TensorSpec("top_p", FP32, (1,), optional=True),
+    TensorSpec("temperature", FP32, (1,), optional=True),
+    TensorSpec("seed", U64, (1,), optional=True),
+    TensorSpec("beam_width", I32, (1,), optional=True),
 ]
+# The ensemble's sampling inputs → the engine model's (the template's wiring).
+SAMPLING_TO_ENGINE = {"runtime_top_k": "top_k", "runtime_top_p": "top_p", "temperature": "temperature",
+                      "seed": "seed", "beam_width": "beam_width"}
 # output_token_count: tokens in this response, as the engine counted them. Clients should prefer it
 # to re-tokenizing text_output (a streamed token can be a partial UTF-8 character, so text is lossy).
 ENSEMBLE_OUTPUTS = [TensorSpec("text_output", STR, (-1,)), TensorSpec("output_token_count", I32, (1,))]
@@ -64,7 +78,8 @@ ENSEMBLE_STEPS = [
                           "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "OUT_END_ID": "_END_ID"}),
     EnsembleStep("tensorrt_llm",
                  inputs={"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
-                         "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_END_ID", "streaming": "stream"},
+                         "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_END_ID", "streaming": "stream",
+                         **SAMPLING_TO_ENGINE},
                  outputs={"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}),
     EnsembleStep("postprocessing",
                  inputs={"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},

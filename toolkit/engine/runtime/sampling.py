@@ -1,9 +1,9 @@
 """Sampling as TensorRT-LLM's `tensorrt_llm` model takes it: `temperature`, `runtime_top_k`,
-`runtime_top_p`, `random_seed`, `beam_width` (1 only).
+`runtime_top_p`, `seed` (named `random_seed` in older templates), `beam_width` (1 only).
 
 Greedy when nothing asks otherwise: no sampling tensor, temperature 0, top_k 1, or top_k and top_p
 both 0 (TensorRT-LLM's "both zero means greedy"). Each sequence draws from its own generator
-seeded with `random_seed`, so a seeded request gives the same tokens alone or in any batch.
+seeded with `seed`, so a seeded request gives the same tokens alone or in any batch.
 """
 
 from __future__ import annotations

@@ -22,6 +22,11 @@ _REPLACEMENT = "\ufffd"
 _CONTEXT_TOKENS = 4
 
 
+_SAMPLING = (("runtime_top_k", "top_k", np.int32), ("runtime_top_p", "top_p", np.float32),
+             ("temperature", "temperature", np.float32), ("seed", "seed", np.uint64),
+             ("beam_width", "beam_width", np.int32))
+
+
 def _value(request, name, default=None):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return default if tensor is None else tensor.as_numpy().reshape(-1)[0]
@@ -88,6 +93,10 @@ class TritonPythonModel:
             pb_utils.Tensor("end_id", out["OUT_END_ID"]),
             _tensor("streaming", stream, bool),
         ]
+        for engine_name, name, dtype in _SAMPLING:  # as the ensemble wires them
+            value = _value(request, name)
+            if value is not None:
+                engine_inputs.append(_tensor(engine_name, value, dtype))
         responses = pb_utils.InferenceRequest(model_name=self.engine_model, inputs=engine_inputs,
                                               requested_output_names=["output_ids", "sequence_length"]
                                               ).exec(decoupled=True)
