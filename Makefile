@@ -10,12 +10,15 @@ TOOLKIT := $(BIN)/toolkit
 
 setup: $(VENV)/.installed
 
+# Quiet: no version nag, no "scripts are not on PATH" or "running as root" notices (the venv is the point).
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore
+
 # torch first, pinned: 2.13.0 is the CPU build on these machines' disk; a bare `torch` would pull CUDA.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(PIP) --upgrade pip
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dev]'
 	touch $@
 
 demo: setup

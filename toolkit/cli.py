@@ -41,9 +41,13 @@ def config_options(func):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llm-deploy-toolkit")
-def cli():
+@click.option("--verbose", "-v", is_flag=True, help="Also show what libraries print (warnings, notices, progress bars).")
+def cli(verbose):
     """Quantize → build → Triton repository → serve → sweep → report, on TensorRT-LLM + Triton
     (or the embedded CPU default)."""
+    from toolkit.console import set_verbose
+
+    set_verbose(verbose)
 
 
 @cli.command("init-model")

@@ -32,9 +32,12 @@ def ensure_model(config: DeploymentConfig, layout: ArtifactLayout) -> Path:
 
 
 def quantize(config: DeploymentConfig, layout: ArtifactLayout):
+    from toolkit.console import library_output
     from toolkit.quantize.stage import quantize_checkpoint
 
-    return quantize_checkpoint(ensure_model(config, layout), layout.checkpoint_dir, config.quantize, config.parallel)
+    model_dir = ensure_model(config, layout)
+    with library_output():  # ModelOpt prints what it registers and how many quantizers it inserted
+        return quantize_checkpoint(model_dir, layout.checkpoint_dir, config.quantize, config.parallel)
 
 
 def build(config: DeploymentConfig, layout: ArtifactLayout, dry_run: bool = False) -> dict:
