@@ -1,4 +1,4 @@
-"""Roofline plot (PNG): the GPU's bandwidth and compute roofs, the phases of a plan, measured points."""
+"""Roofline plot (PNG): the device's bandwidth and compute roofs, the phases of a plan, measured points."""
 
 from __future__ import annotations
 
@@ -14,20 +14,25 @@ def plot_roofline(plan: dict, path: Path, measured: list[dict] | None = None) ->
 
     gpu, r, d = plan["gpu"], plan["roofline"], plan["deployment"]
     bandwidth = gpu["bandwidth_tbs"] * 1e12
-    peak = r["crossover"] * bandwidth
+    peak = r.get("peak_flops", r["crossover"] * bandwidth)
+    prefill_peak = r.get("prefill_peak_flops", peak)
+    unit, scale = ("GFLOP/s", 1e9) if max(peak, prefill_peak) < 1e12 else ("TFLOP/s", 1e12)
     x = np.logspace(-1, 4, 200)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.loglog(x, np.minimum(x * bandwidth, peak) / 1e12, color="black", label=f"{gpu['name']} roofline")
+    ax.loglog(x, np.minimum(x * bandwidth, peak) / scale, color="black", label=f"{gpu['name']} roofline ({d['weights']})")
+    if prefill_peak > peak:  # CPU: prefill can widen quantized weights to the faster bf16 GEMM
+        ax.loglog(x, np.minimum(x * bandwidth, prefill_peak) / scale, color="gray", linestyle="--",
+                  label="prefill roof (bf16 GEMM)")
     ax.axvline(r["crossover"], color="gray", linestyle=":", label=f"crossover {r['crossover']:.0f} FLOP/B")
-    for label, ai, color in ((f"prefill (ISL {d['isl']})", r["prefill_intensity"], "tab:red"),
-                             (f"decode (batch {d['batch']})", r["decode_intensity"], "tab:blue")):
-        ax.plot([ai], [min(ai * bandwidth, peak) / 1e12], "o", color=color, label=label)
+    for label, ai, roof, color in ((f"prefill (ISL {d['isl']})", r["prefill_intensity"], prefill_peak, "tab:red"),
+                                   (f"decode (batch {d['batch']})", r["decode_intensity"], peak, "tab:blue")):
+        ax.plot([ai], [min(ai * bandwidth, roof) / scale], "o", color=color, label=label)
     for point in measured or []:
-        ax.plot([point["intensity"]], [point["achieved_flops"] / 1e12], "x", color="tab:green",
+        ax.plot([point["intensity"]], [point["achieved_flops"] / scale], "x", color="tab:green",
                 label=point.get("label", "measured"))
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
-    ax.set_ylabel("attainable TFLOP/s")
-    ax.set_title(f"{plan['model']['name']} on {gpu['name']} (weights {d['weights']})")
+    ax.set_ylabel(f"attainable {unit}")
+    ax.set_title(f"{plan['model']['name']} on {gpu['name']} (weights {d['weights']}, KV {d['kv_dtype']})")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

@@ -41,17 +41,17 @@ def deployment_for_config(config: DeploymentConfig, spec: ModelSpec | None, devi
                       max_seq_len=e.max_seq_len, max_num_tokens=e.max_num_tokens, batch=e.max_batch_size,
                       isl=config.sweep.input_tokens_mean, osl=config.sweep.output_tokens,
                       kv_cache_tokens=e.kv_cache_blocks * e.tokens_per_block if cpu else None)
-    elif cpu:  # a GPU config planned on this CPU: the CPU engine's own limits, the config's formats
-        from toolkit.config import EngineSection
+    elif cpu:  # a GPU config planned on this CPU: the CPU engine's and sweep's own defaults, the config's formats
+        from toolkit.config import EngineSection, SweepSection
 
-        d = EngineSection()
+        d, w = EngineSection(), SweepSection()
         values = dict(tp=1, pp=1, weights=_weights_for(q.qformat), kv_dtype="bf16", max_seq_len=d.max_seq_len,
-                      max_num_tokens=d.max_num_tokens, batch=d.max_batch_size, isl=64, osl=32,
-                      kv_cache_tokens=d.kv_cache_blocks * d.tokens_per_block)
+                      max_num_tokens=d.max_num_tokens, batch=d.max_batch_size, isl=w.input_tokens_mean,
+                      osl=w.output_tokens, kv_cache_tokens=d.kv_cache_blocks * d.tokens_per_block)
     else:  # the CPU demo's config planned on a GPU: nothing in its engine section is about a GPU
-        max_seq_len = spec.max_position_embeddings if spec else 4096
+        max_seq_len = flags.get("max_seq_len") or (spec.max_position_embeddings if spec else 4096)
         values = dict(GPU_DEFAULTS, max_seq_len=max_seq_len)
-        values["isl"] = min(values["isl"], max_seq_len // 2)
+        values["isl"] = min(values["isl"], max_seq_len // 2)  # a short-context model gets a shorter default
         values["osl"] = min(values["osl"], max_seq_len - values["isl"])
         if "tp" not in flags and spec is not None:
             d = Deployment(**{**common, **values, **flags})
@@ -72,16 +72,21 @@ def default_plan_dir(build_dir: Path, spec: ModelSpec, device: str) -> Path:
     return Path(build_dir) / "plans" / f"{spec.name}-{device.lower()}"
 
 
-def plan_and_write(config: DeploymentConfig, spec: ModelSpec, device: str, out_dir: Path | None,
-                   build_dir: Path, reprobe: bool = False, step_overhead_ms: float | None = None,
-                   **flags) -> tuple[dict, dict]:
-    """`toolkit plan`: plan `spec` on `device`, write plan.json + roofline.png to out_dir (default:
-    build/plans/<model>-<device>/)."""
+def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | None = None, reprobe: bool = False,
+                    step_overhead_ms: float | None = None, **flags) -> dict:
+    """The plan of `spec` deployed as `config` says on `device` (default: its plan.gpu); flags win."""
+    device = device or config.plan.gpu
     hw = hardware_spec(device, reprobe=reprobe)
     if hw.kind == "cpu":
         overhead = config.plan.cpu_step_overhead_ms if step_overhead_ms is None else step_overhead_ms
         hw = replace(hw, step_overhead_s=overhead / 1e3)
-    result = make_plan(spec, hw, deployment_for_config(config, spec, device, **flags))
+    return make_plan(spec, hw, deployment_for_config(config, spec, device, **flags))
+
+
+def plan_and_write(config: DeploymentConfig, spec: ModelSpec, device: str, out_dir: Path | None,
+                   build_dir: Path, **options) -> tuple[dict, dict]:
+    """`toolkit plan`: plan.json + roofline.png in out_dir (default: build/plans/<model>-<device>/)."""
+    result = plan_for_config(config, spec, device, **options)
     return result, write_plan(result, out_dir or default_plan_dir(build_dir, spec, device))
 
 
