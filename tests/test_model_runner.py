@@ -1,0 +1,186 @@
+"""ModelRunner against transformers' LlamaForCausalLM (unquantized) and ModelOpt's fake-quant model (per format).
+
+The runner is driven through the real step contract: a paged cache with scattered, non-contiguous
+blocks, prompts split into chunks, decode steps, and mixed batches of prefill chunks and decodes.
+"""
+
+import copy
+import random
+
+import pytest
+
+from toolkit.engine.runtime.step import StepInput
+
+BLOCK = 8
+
+
+class PagedSequences:
+    """A minimal block allocator for tests: each sequence gets blocks from a shuffled free list."""
+
+    def __init__(self, num_blocks: int, seed: int = 0):
+        self.free = list(range(num_blocks))
+        random.Random(seed).shuffle(self.free)
+        self.tables: dict[int, list[int]] = {}
+        self.lens: dict[int, int] = {}
+
+    def step(self, chunks: dict[int, list[int]], logits_for: str = "last") -> StepInput:
+        import torch
+
+        ids, pos, slots, qlens, ctxs, tables, logits_idx = [], [], [], [], [], [], []
+        for seq, new in chunks.items():
+            start = self.lens.get(seq, 0)
+            table = self.tables.setdefault(seq, [])
+            end = start + len(new)
+            while len(table) * BLOCK < end:
+                table.append(self.free.pop())
+            for offset, tok in enumerate(new):
+                p = start + offset
+                ids.append(tok)
+                pos.append(p)
+                slots.append(table[p // BLOCK] * BLOCK + p % BLOCK)
+            first_row = len(ids) - len(new)
+            logits_idx += list(range(first_row, len(ids))) if logits_for == "all" else [len(ids) - 1]
+            qlens.append(len(new))
+            ctxs.append(end)
+            tables.append(list(table))
+            self.lens[seq] = end
+        return StepInput(torch.tensor(ids), torch.tensor(pos), qlens, ctxs, tables, torch.tensor(slots),
+                         torch.tensor(logits_idx))
+
+
+PROMPTS = [list(range(5, 45)), [7, 3, 9, 11, 200, 13, 17, 19, 23, 29, 31, 37, 41], list(range(300, 321))]
+
+
+def _reference(model, tokens):
+    import torch
+
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0].float()
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+
+
+def _runner(checkpoint_dir, dtype="fp32", kv_cache_dtype="auto"):
+    from toolkit.engine.runtime.model_runner import ModelRunner
+
+    return ModelRunner(checkpoint_dir, num_blocks=64, block_size=BLOCK, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
+
+
+def _run_schedule(runner, prompts, decode_steps=4):
+    """Chunked prefill of every prompt (chunks of 16 tokens), decodes mixed with later prefill chunks,
+    then greedy decode steps; returns {seq: [(full token list so far, logits)]} for checking."""
+    import torch
+
+    paged = PagedSequences(runner.cache.num_blocks)
+    tokens = {i: [] for i in range(len(prompts))}
+    pending = {i: list(p) for i, p in enumerate(prompts)}
+    seen = {i: [] for i in range(len(prompts))}
+    decodes_left = {i: decode_steps for i in range(len(prompts))}
+    while any(pending.values()) or any(decodes_left.values()):
+        chunks = {}
+        for i in range(len(prompts)):
+            if pending[i]:
+                chunks[i], pending[i] = pending[i][:16], pending[i][16:]
+            elif decodes_left[i] > 0 and seen[i]:
+                chunks[i] = [int(seen[i][-1][1].argmax())]
+                decodes_left[i] -= 1
+        logits = runner.forward(paged.step(chunks))
+        for row, (i, new) in enumerate(chunks.items()):
+            tokens[i] = tokens[i] + new
+            if not pending[i]:
+                seen[i].append((list(tokens[i]), logits[row]))
+    assert all(torch.isfinite(lg).all() for s in seen.values() for _, lg in s)
+    return seen
+
+
+def _max_error(runner, model, prompts):
+    worst, scale = 0.0, 0.0
+    for i, checks in _run_schedule(runner, prompts).items():
+        for tokens, logits in checks:
+            expected = _reference(model, tokens)[-1]
+            worst = max(worst, (logits - expected).abs().max().item())
+            scale = max(scale, expected.abs().max().item())
+    return worst, scale
+
+
+def test_fp32_runner_matches_transformers(tiny_model_dir, hf_model):
+    """Prefill in chunks, decode, and mixed batches over scattered blocks: fp32 logits within 1e-4."""
+    runner = _runner(tiny_model_dir, "fp32")
+    assert runner.weight_format == "fp32"
+    worst, scale = _max_error(runner, hf_model, PROMPTS)
+    assert scale > 0.1 and worst < 1e-4
+
+
+def test_bf16_runner_close_to_transformers(tiny_model_dir, hf_model):
+    """bf16 weights and activations: within 3 % of the logits' range (bf16 keeps 8 bits of mantissa)."""
+    runner = _runner(tiny_model_dir, "auto")
+    assert runner.weight_format == "bf16"
+    worst, scale = _max_error(runner, hf_model, PROMPTS)
+    assert worst < 0.03 * scale
+
+
+def test_single_prefill_equals_whole_sequence_logits(tiny_model_dir, hf_model):
+    """Every position's logits from one prefill (the speculative-verification path) match transformers."""
+    runner = _runner(tiny_model_dir, "fp32")
+    paged = PagedSequences(runner.cache.num_blocks, seed=3)
+    prompt = PROMPTS[1]
+    logits = runner.forward(paged.step({0: prompt[:5]}))  # then a 'verify' step of 8 tokens after a cached prefix
+    logits = runner.forward(paged.step({0: prompt[5:]}, logits_for="all"))
+    expected = _reference(hf_model, prompt)[5:]
+    assert logits.shape == expected.shape
+    assert (logits - expected).abs().max().item() < 1e-4
+
+
+def test_tied_embeddings_and_rope_theta_are_read(tiny_model_dir, tmp_path):
+    """A checkpoint with tied lm_head and a different rope_theta: the runner follows its config."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ckpt = tmp_path / "tied"
+    shutil.copytree(tiny_model_dir, ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config["tie_word_embeddings"] = True
+    config["rope_parameters"] = {"rope_theta": 500000.0, "rope_type": "default"}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).eval()
+    assert model.config.tie_word_embeddings
+    runner = _runner(ckpt, "fp32")
+    worst, _ = _max_error(runner, model, PROMPTS[:1])
+    assert worst < 1e-4
+
+
+def test_kv_bytes_and_bad_dtype(tiny_model_dir):
+    spec_runner = _runner(tiny_model_dir, "auto")
+    s = spec_runner.spec
+    assert spec_runner.kv_bytes_per_token == 2 * s.num_layers * s.num_kv_heads * s.head_dim * 2
+    assert _runner(tiny_model_dir, "auto", kv_cache_dtype="fp8").kv_bytes_per_token == spec_runner.kv_bytes_per_token // 2
+    with pytest.raises(ValueError, match="kv_cache_dtype 'fp4' is not one of"):
+        _runner(tiny_model_dir, "auto", kv_cache_dtype="fp4")
+
+
+# --- quantized formats against ModelOpt's own fake-quant model -------------------------------------
+
+
+def _modelopt(hf_model, qformat, out_dir, kv_cache_dtype="none"):
+    import modelopt.torch.quantization as mtq
+    import torch
+    from modelopt.torch.export import export_hf_checkpoint
+
+    from toolkit.quantize.formats import modelopt_config
+
+    calib = torch.tensor([list(range(5, 69)), list(range(100, 164))])
+    quantized = copy.deepcopy(hf_model)
+    mtq.quantize(quantized, modelopt_config(qformat, kv_cache_dtype), forward_loop=lambda m: m(calib))
+    fake_quant = copy.deepcopy(quantized)
+    with torch.inference_mode():
+        export_hf_checkpoint(quantized, export_dir=out_dir)
+    return fake_quant

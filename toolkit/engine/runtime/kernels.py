@@ -1,0 +1,204 @@
+"""Linear kernels on the weights as ModelOpt exported them, kept in low precision.
+
+  dense  bf16 (or fp32) weights, `F.linear`
+  int4   packed int4 with group scales: `torch._weight_int4pack_mm_for_cpu` (CPU) — INT4-AWQ, W4A8-AWQ
+  int8   int8 weights, per-channel scales: `torch._weight_int8pack_mm` — INT8 SmoothQuant
+  fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations where this torch has it on the
+         device, else the fp8 bytes are widened to the compute dtype inside the call (stated once)
+
+Activation quantization is reproduced as ModelOpt calibrated it (static per-tensor `input_scale`):
+FP8 and W4A8 round activations to fp8_e4m3, SmoothQuant to int8, before the GEMM. AWQ / SmoothQuant
+`pre_quant_scale` multiplies the input; the runner folds it into the preceding RMSNorm weight where
+every consumer of that norm shares it (q/k/v, gate/up), which is exact.
+
+Linears that read the same input (q/k/v, gate/up) are fused into one GEMM when their formats allow.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from toolkit.engine.runtime.checkpoint import LinearWeights
+
+log = logging.getLogger(__name__)
+_FP8_MAX = 448.0
+_INT8_MAX = 127.0
+_warned: set[str] = set()
+
+
+def _say_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message)
+
+
+def fake_quant_activation(x, act_quant: str | None, input_scale):
+    """x rounded to the activation format ModelOpt calibrated (static per-tensor scale), back in x's dtype."""
+    import torch
+
+    if act_quant is None:
+        return x
+    scaled = x.float() / input_scale
+    if act_quant == "fp8":
+        q = scaled.clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn).float()
+    else:
+        q = scaled.round().clamp(-_INT8_MAX - 1, _INT8_MAX)
+    return (q * input_scale).to(x.dtype)
+
+
+def fp8_scaled_mm_available(device: str) -> bool:
+    import torch
+
+    try:
+        a = torch.zeros(16, 16, dtype=torch.float8_e4m3fn, device=device)
+        one = torch.ones((), device=device)
+        torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+class Linear:
+    """y = x @ W.T on stored weights; `weight_format` names what the kernel really runs."""
+
+    weight_format = "?"
+    weight_bytes = 0
+
+    def __call__(self, x):
+        raise NotImplementedError
+
+
+class DenseLinear(Linear):
+    def __init__(self, weight, dtype):
+        self.weight = weight.to(dtype).contiguous()
+        self.weight_format = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float16": "fp16"}[str(dtype)]
+        self.weight_bytes = self.weight.numel() * self.weight.element_size()
+
+    def __call__(self, x):
+        import torch.nn.functional as F
+
+        return F.linear(x, self.weight)
+
+
+class Int4Linear(Linear):
+    """Packed int4 (two per byte, torch's CPU tile layout), per-group scales, zero point 0."""
+
+    def __init__(self, values, scales, group_size: int, dtype, act_quant=None, input_scale=None):
+        import torch
+
+        # torch's int4pack stores unsigned nibbles q + 8 and dequantizes as (q - 8) * scale + zero.
+        self.out_features, self.in_features = values.shape
+        self.group_size = group_size
+        self.device = values.device
+        if values.device.type == "cpu":
+            self.packed = torch._convert_weight_to_int4pack_for_cpu((values.to(torch.int32) + 8).contiguous(), 1)
+        else:  # CUDA layout (not exercised on this machine): uint8 [out, in/2], even column in the high nibble
+            unsigned = values.to(torch.int32) + 8
+            self.packed = torch._convert_weight_to_int4pack((unsigned[:, ::2] << 4 | unsigned[:, 1::2]).to(torch.uint8), 8)
+        scales_t = scales.t().to(dtype).contiguous()  # [in / group, out]
+        self.scales_and_zeros = torch.stack([scales_t, torch.zeros_like(scales_t)], dim=-1).contiguous()
+        self.act_quant, self.input_scale = act_quant, input_scale
+        self.weight_format = f"int4-g{group_size}" + ("-a8" if act_quant else "")
+        self.weight_bytes = values.numel() // 2 + self.scales_and_zeros.numel() * self.scales_and_zeros.element_size() // 2
+
+    def __call__(self, x):
+        import torch
+
+        x = fake_quant_activation(x, self.act_quant, self.input_scale)
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if self.device.type == "cpu":
+            y = torch._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_and_zeros)
+        else:
+            y = torch._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_and_zeros)
+        return y.reshape(*shape[:-1], self.out_features)
+
+
+class Int8Linear(Linear):
+    """int8 weights with a per-output-channel scale (SmoothQuant's weights; activations fake-quantized to int8)."""
+
+    def __init__(self, values, scales, dtype, act_quant=None, input_scale=None):
+        self.weight = values.contiguous()
+        self.scales = scales.to(dtype).contiguous()
+        self.act_quant, self.input_scale = act_quant, input_scale
+        self.weight_format = "int8" + ("-a8" if act_quant else "")
+        self.weight_bytes = self.weight.numel() + self.scales.numel() * self.scales.element_size()
+
+    def __call__(self, x):
+        import torch
+
+        x = fake_quant_activation(x, self.act_quant, self.input_scale)
+        shape = x.shape
+        y = torch._weight_int8pack_mm(x.reshape(-1, shape[-1]), self.weight, self.scales)
+        return y.reshape(*shape[:-1], self.weight.shape[0])
+
+
+class Fp8Linear(Linear):
+    """fp8_e4m3 weights with a per-output-channel scale (ModelOpt's per-tensor scales, one per fused part)."""
+
+    def __init__(self, values, row_scales, dtype, act_quant=None, input_scale=None, use_scaled_mm=True):
+        import torch
+
+        self.weight = values.contiguous()
+        self.row_scales = row_scales.float().contiguous()
+        self.dtype = dtype
+        self.act_quant, self.input_scale = act_quant, input_scale
+        self.use_scaled_mm = use_scaled_mm and act_quant == "fp8"
+        self.one = torch.ones((), device=values.device)
+        self.weight_format = "fp8" + ("-a8" if act_quant else "") + ("" if self.use_scaled_mm else "-widened")
+        self.weight_bytes = self.weight.numel() + self.row_scales.numel() * 4
+
+    def __call__(self, x):
+        import torch
+        import torch.nn.functional as F
+
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if self.use_scaled_mm:
+            xq = (x2.float() / self.input_scale).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
+            y = torch._scaled_mm(xq, self.weight.t(), scale_a=self.input_scale, scale_b=self.one, out_dtype=torch.float32)
+        else:
+            x2 = fake_quant_activation(x2, self.act_quant, self.input_scale)
+            y = F.linear(x2.float() if self.dtype == torch.float32 else x2, self.weight.to(x2.dtype)).float()
+        return (y * self.row_scales).to(x.dtype).reshape(*shape[:-1], self.weight.shape[0])
+
+
+def _same(tensors) -> bool:
+    import torch
+
+    first = tensors[0]
+    if first is None:
+        return all(t is None for t in tensors)
+    return all(t is not None and t.shape == first.shape and torch.equal(t, first) for t in tensors[1:])
+
+
+def can_fuse(parts: list[LinearWeights]) -> bool:
+    """One GEMM for linears that read the same input: same format, activation scale, smoothing, group size."""
+    kinds = {p.kind for p in parts}
+    return (len(kinds) == 1 and _same([p.input_scale for p in parts]) and _same([p.pre_quant_scale for p in parts])
+            and len({p.group_size for p in parts}) == 1)
+
+
+def make_linear(parts: list[LinearWeights], dtype, device="cpu") -> Linear:
+    """One kernel over `parts` stacked along the output dimension (pre_quant_scale already handled)."""
+    import torch
+
+    first = parts[0]
+    weight = torch.cat([p.weight for p in parts]).to(device)
+    input_scale = None if first.input_scale is None else first.input_scale.to(device)
+    if first.kind == "dense":
+        return DenseLinear(weight, dtype)
+    if first.kind == "int4":
+        scales = torch.cat([p.weight_scale for p in parts]).to(device)
+        return Int4Linear(weight, scales, first.group_size, dtype, first.act_quant, input_scale)
+    if first.kind == "int8":
+        scales = torch.cat([p.weight_scale for p in parts]).to(device)
+        return Int8Linear(weight, scales, dtype, first.act_quant, input_scale)
+    if first.kind == "fp8":
+        rows = torch.cat([p.weight_scale.float().expand(p.out_features) for p in parts]).to(device)
+        scaled_mm = fp8_scaled_mm_available(str(device))
+        if not scaled_mm:
+            _say_once("fp8", f"fp8: torch._scaled_mm is not available on {device}: fp8 weights are widened to "
+                             f"{dtype} inside each GEMM (8-bit weight reads, {dtype} arithmetic)")
+        return Fp8Linear(weight, rows, dtype, first.act_quant, input_scale, use_scaled_mm=scaled_mm)
+    raise ValueError(f"no kernel for weight kind {first.kind!r}")

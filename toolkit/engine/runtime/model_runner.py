@@ -1,0 +1,273 @@
+"""ModelRunner: one forward pass of a Llama model over a mixed batch, reading and writing the paged KV cache.
+
+The contract is `step.py`: the scheduler hands a `StepInput`, the runner writes the new tokens' K/V at
+`slot_mapping`, attends through `block_tables`, and returns float32 logits at `logits_indices`.
+
+Architecture: RMSNorm, RoPE (the checkpoint's rope_theta, non-interleaved halves as in HF Llama),
+grouped-query attention, SwiGLU MLP, tied or untied lm_head. Linears run on the kernels in
+`kernels.py` on the weights as ModelOpt exported them; embeddings, norms and lm_head stay in the
+compute dtype (ModelOpt leaves them unquantized too).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.engine.runtime.checkpoint import LinearWeights, load_checkpoint
+from toolkit.engine.runtime.kernels import can_fuse, make_linear
+from toolkit.engine.runtime.kv_cache import PagedKVCache
+from toolkit.engine.runtime.step import StepInput
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    vocab_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    max_position_embeddings: int
+
+
+def default_threads() -> int:
+    """All cores this process may run on: decode on 2 cores needs both; torch's default may pick fewer
+    (or oversubscribe hyperthreads on large machines, where physical cores are what GEMMs scale with)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        siblings = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").read_text()
+        per_core = len([p for p in siblings.replace("-", ",").split(",") if p.strip()])
+    except OSError:
+        per_core = 1
+    return max(1, cores // per_core if cores >= 8 else cores)
+
+
+def resolve_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
+             "fp16": torch.float16, "float16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"dtype {dtype!r} is not one of auto, bf16, fp32, fp16")
+    return table[dtype]
+
+
+class _Layer:
+    def __init__(self, weights, dtype, device):
+        lin = weights.linears
+        self.input_norm = weights.input_norm.float().to(device)
+        self.post_norm = weights.post_attention_norm.float().to(device)
+        self.qkv, self.input_norm = self._fused([lin["q"], lin["k"], lin["v"]], self.input_norm, dtype, device)
+        self.gate_up, self.post_norm = self._fused([lin["gate"], lin["up"]], self.post_norm, dtype, device)
+        self.o, self.o_smooth = self._single(lin["o"], dtype, device)
+        self.down, self.down_smooth = self._single(lin["down"], dtype, device)
+        self.splits = [lin["q"].out_features, lin["k"].out_features, lin["v"].out_features]
+        self.input_norm = self.input_norm.to(dtype)
+        self.post_norm = self.post_norm.to(dtype)
+
+    @staticmethod
+    def _fused(parts: list[LinearWeights], norm, dtype, device):
+        """Fold a shared pre_quant_scale into the norm (exact), then fuse the GEMMs where formats allow."""
+        smooth = parts[0].pre_quant_scale
+        if smooth is not None and all(p.pre_quant_scale is not None for p in parts) and can_fuse(parts):
+            norm = norm * smooth.to(device)
+            parts = [LinearWeights(p.kind, p.weight, p.weight_scale, None, p.input_scale, p.act_quant) for p in parts]
+        if can_fuse(parts):
+            return [make_linear(parts, dtype, device)], norm
+        return [_Smoothed(make_linear([p], dtype, device), p.pre_quant_scale, dtype, device) for p in parts], norm
+
+    @staticmethod
+    def _single(part: LinearWeights, dtype, device):
+        smooth = None if part.pre_quant_scale is None else part.pre_quant_scale.to(device).to(dtype)
+        return make_linear([part], dtype, device), smooth
+
+
+class _Smoothed:
+    def __init__(self, linear, smooth, dtype, device):
+        self.linear = linear
+        self.smooth = None if smooth is None else smooth.to(device).to(dtype)
+
+    def __call__(self, x):
+        return self.linear(x if self.smooth is None else x * self.smooth)
+
+
+class ModelRunner:
+    def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
+                 dtype: str = "auto", threads: int | None = None, device: str = "cpu"):
+        import torch
+
+        if device == "cpu":
+            torch.set_num_threads(threads or default_threads())
+        self.device = device
+        self.dtype = resolve_dtype(dtype, device)
+        ckpt = load_checkpoint(checkpoint_dir)
+        s = ckpt.spec
+        self.spec = RunnerSpec(s.vocab_size, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.hidden_size,
+                               s.max_position_embeddings)
+        self.quant_algo = ckpt.quant_algo
+        self.eps = s.rms_norm_eps
+        self.block_size = block_size
+        self.embed = ckpt.embed_tokens.to(device).to(self.dtype)
+        self.final_norm = ckpt.final_norm.to(device).to(self.dtype)
+        self.lm_head = ckpt.lm_head.to(device).to(self.dtype)
+        self.layers = [_Layer(layer, self.dtype, device) for layer in ckpt.layers]
+        inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim))
+        angles = torch.outer(torch.arange(s.max_position_embeddings, dtype=torch.float64), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        self.cos = angles.cos().to(self.dtype).to(device)
+        self.sin = angles.sin().to(self.dtype).to(device)
+        self.cache = PagedKVCache(num_layers=s.num_layers, num_blocks=num_blocks, block_size=block_size,
+                                  num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, compute_dtype=self.dtype,
+                                  kv_cache_dtype=kv_cache_dtype, scales=[layer.kv_scales for layer in ckpt.layers],
+                                  device=device)
+        if kv_cache_dtype != "auto" and self.cache.scale_source == "fixed":
+            log.warning("kv_cache_dtype %s: the checkpoint has no calibrated k/v scales; using a fixed amax of 16",
+                        kv_cache_dtype)
+
+    @property
+    def weight_format(self) -> str:
+        formats = {lin.weight_format for layer in self.layers
+                   for lin in (*self._linears(layer),)}
+        return "+".join(sorted(formats))
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes one decode step reads for weights (linears + lm_head; the embedding row is negligible)."""
+        linear = sum(lin.weight_bytes for layer in self.layers for lin in self._linears(layer))
+        return linear + self.lm_head.numel() * self.lm_head.element_size()
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.cache.bytes_per_token
+
+    @staticmethod
+    def _linears(layer):
+        unwrap = lambda m: getattr(m, "linear", m)  # noqa: E731
+        return [unwrap(m) for m in (*layer.qkv, *layer.gate_up, layer.o, layer.down)]
+
+    # --- the forward pass -------------------------------------------------------------------------
+
+    def _rms_norm(self, x, weight):
+        import torch
+
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * xf.to(x.dtype)
+
+    def _rope(self, x, cos, sin):
+        import torch
+
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def _attention_plan(self, step: StepInput):
+        """Per sequence: its query rows and the cache slots of its whole context, plus one padded
+        gather for all single-token (decode) sequences so that they attend in one batched call."""
+        import torch
+
+        bs = self.block_size
+        decode_rows, decode_slots, decode_lens, prefill = [], [], [], []
+        row = 0
+        max_decode_ctx = max([c for q, c in zip(step.query_lens, step.context_lens) if q == 1], default=0)
+        for q_len, ctx, table in zip(step.query_lens, step.context_lens, step.block_tables):
+            blocks = torch.tensor(table[: -(-ctx // bs)], dtype=torch.int64)
+            slots = (blocks[:, None] * bs + torch.arange(bs)).reshape(-1)[:ctx]
+            if q_len == 1:
+                decode_rows.append(row)
+                decode_slots.append(torch.nn.functional.pad(slots, (0, max_decode_ctx - ctx)))
+                decode_lens.append(ctx)
+            else:
+                prefill.append((row, q_len, ctx, slots.to(self.device)))
+            row += q_len
+        decode = None
+        if decode_rows:
+            lens = torch.tensor(decode_lens)
+            mask = (torch.arange(max_decode_ctx)[None, :] < lens[:, None])[:, None, None, :]
+            decode = (torch.tensor(decode_rows, device=self.device), torch.stack(decode_slots).to(self.device),
+                      mask.to(self.device))
+        return decode, prefill
+
+    def _attend(self, layer_idx: int, q, plan):
+        """q: [T, heads, head_dim] → [T, heads * head_dim], reading K/V from the cache."""
+        import torch
+        import torch.nn.functional as F
+
+        decode, prefill = plan
+        out = torch.empty_like(q)
+        if decode is not None:
+            rows, slots, mask = decode
+            k, v = self.cache.read(layer_idx, slots)  # [S, ctx, kv_heads, hd]
+            o = F.scaled_dot_product_attention(q[rows].unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=mask, enable_gqa=True)
+            out[rows] = o.squeeze(2)
+        for start, q_len, ctx, slots in prefill:
+            k, v = self.cache.read(layer_idx, slots)  # [ctx, kv_heads, hd]
+            qs = q[start:start + q_len].transpose(0, 1).unsqueeze(0)
+            if q_len == ctx:
+                o = F.scaled_dot_product_attention(qs, k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                                   is_causal=True, enable_gqa=True)
+            else:  # a later chunk (or draft verification): query i sits at position ctx - q_len + i
+                mask = torch.arange(ctx, device=q.device)[None, :] <= torch.arange(ctx - q_len, ctx, device=q.device)[:, None]
+                o = F.scaled_dot_product_attention(qs, k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                                   attn_mask=mask, enable_gqa=True)
+            out[start:start + q_len] = o[0].transpose(0, 1)
+        return out.reshape(q.shape[0], -1)
+
+    def forward(self, step: StepInput):
+        import torch
+
+        with torch.inference_mode():
+            return self._forward(step)
+
+    def _forward(self, step: StepInput):
+        import torch
+        import torch.nn.functional as F
+
+        spec = self.spec
+        token_ids = step.token_ids.to(self.device)
+        positions = step.positions.to(self.device)
+        slots = step.slot_mapping.to(self.device)
+        plan = self._attention_plan(step)
+        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        h = self.embed[token_ids]
+        for i, layer in enumerate(self.layers):
+            x = self._rms_norm(h, layer.input_norm)
+            qkv = torch.cat([lin(x) for lin in layer.qkv], dim=-1) if len(layer.qkv) > 1 else layer.qkv[0](x)
+            q, k, v = qkv.split(layer.splits, dim=-1)
+            q = self._rope(q.reshape(-1, spec.num_heads, spec.head_dim), cos, sin)
+            k = self._rope(k.reshape(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
+            self.cache.write(i, slots, k, v.reshape(-1, spec.num_kv_heads, spec.head_dim))
+            attn = self._attend(i, q, plan)
+            h = h + layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth)
+            x = self._rms_norm(h, layer.post_norm)
+            gu = torch.cat([lin(x) for lin in layer.gate_up], dim=-1) if len(layer.gate_up) > 1 else layer.gate_up[0](x)
+            gate, up = gu.chunk(2, dim=-1)
+            mlp_in = F.silu(gate) * up
+            h = h + layer.down(mlp_in if layer.down_smooth is None else mlp_in * layer.down_smooth)
+        h = self._rms_norm(h[step.logits_indices.to(self.device)], self.final_norm)
+        return F.linear(h, self.lm_head).float()
+
+    def warm_up(self, max_batch_size: int, max_num_tokens: int) -> None:
+        """First-call costs (allocator, kernel selection) paid before serving: one prefill of
+        max_num_tokens tokens and one decode step of max_batch_size sequences, written into the
+        cache's first blocks, which the scheduler's first real writes overwrite before any read."""
+        import torch
+
+        bs = self.block_size
+        capacity = self.cache.num_blocks * bs
+        n = min(max_num_tokens, capacity, self.spec.max_position_embeddings)
+        blocks = list(range(-(-n // bs)))
+        self.forward(StepInput(torch.zeros(n, dtype=torch.int64), torch.arange(n), [n], [n], [blocks],
+                               torch.arange(n), torch.tensor([n - 1])))
+        batch = max(1, min(max_batch_size, capacity // bs))
+        self.forward(StepInput(torch.zeros(batch, dtype=torch.int64), torch.zeros(batch, dtype=torch.int64),
+                               [1] * batch, [1] * batch, [[b] for b in range(batch)],
+                               torch.arange(batch) * bs, torch.arange(batch)))
