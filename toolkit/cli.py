@@ -391,7 +391,7 @@ def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, **overrides):
         for spec in GPUS.values():
             peaks = "  ".join(f"{k} {v:g}" for k, v in spec.peak_tflops.items())
             click.echo(f"{spec.name:<10} {spec.memory_gb:>5g} GB  {spec.bandwidth_tbs:>5g} TB/s  {peaks} TFLOP/s"
-                       f"  link {spec.interconnect_gbs:g} GB/s  [{spec.source}]")
+                       f"  link {spec.interconnect_gbs:g} GB/s  weights {','.join(spec.weight_formats())}  [{spec.source}]")
         return
     config, layout = _load(config_path, sets)
     result, paths = pipeline.plan(config, layout, model=model, gpu=gpu, out_dir=out_dir, **overrides)

@@ -56,6 +56,17 @@ class HardwareSpec:
                                f"plan it on a GPU that has them, or use one of: bf16, {', '.join(able)}")
         return compute
 
+    def supports(self, weights: str) -> bool:
+        try:
+            self.compute_type(weights)
+        except ToolkitError:
+            return False
+        return True
+
+    def weight_formats(self) -> list[str]:
+        """bf16 and every qformat this device has kernels for."""
+        return ["bf16", *(n for n in QFORMATS if n != "none" and self.supports(n))]
+
     def peak_flops(self, weights: str) -> float:
         return self.peak_tflops[self.compute_type(weights)] * 1e12
 

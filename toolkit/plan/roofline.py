@@ -172,16 +172,9 @@ def plan_roofline(spec: ModelSpec, hw: HardwareSpec, d: Deployment, mem: MemoryP
 def format_comparison(spec: ModelSpec, hw: HardwareSpec, d: Deployment) -> list[dict]:
     """Every weight format this device can run, at the plan's shapes: weight bytes, decode step at
     batch 1 and at the planned batch, the crossover batch, and the prefill floor."""
-    from toolkit.errors import ToolkitError
-    from toolkit.quantize.formats import QFORMATS
-
     context = d.isl + d.osl / 2
     rows = []
-    for weights in ("bf16", *(n for n in QFORMATS if n != "none")):
-        try:
-            hw.compute_type(weights)
-        except ToolkitError:
-            continue
+    for weights in hw.weight_formats():
         f = replace(d, weights=weights)
         rows.append({"weights": weights, "weight_bytes": weight_bytes(spec, weights),
                      "decode_step_batch1_s": decode_step(spec, hw, f, 1, context).seconds,
