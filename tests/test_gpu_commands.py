@@ -48,6 +48,23 @@ def test_single_rank_server_command():
     assert "--http-address=127.0.0.1" in cmd and "--grpc-port=2" in cmd and "--metrics-port=3" in cmd
 
 
+def test_single_gpu_llmapi_runs_without_mpi():
+    install = TritonInstall(Path("tritonserver"))
+    cmd = tritonserver_command(install, Path("/repo"), "127.0.0.1", {"http": 1, "grpc": 2, "metrics": 3}, Path("/l"),
+                               world_size=1, llmapi=True)
+    assert cmd[0] == "tritonserver" and "mpirun" not in cmd and "trtllm-llmapi-launch" not in cmd
+    assert "--disable-auto-complete-config" in cmd
+
+
+def test_multi_gpu_llmapi_wraps_every_rank_in_trtllm_llmapi_launch():
+    install = TritonInstall(Path("tritonserver"))
+    cmd = tritonserver_command(install, Path("/repo"), "127.0.0.1", {"http": 1, "grpc": 2, "metrics": 3}, Path("/l"),
+                               world_size=2, llmapi=True)
+    ranks = " ".join(cmd).split(" : ")
+    assert ranks[0].startswith("mpirun --allow-run-as-root -n 1 trtllm-llmapi-launch tritonserver ")
+    assert ranks[1].startswith("-n 1 trtllm-llmapi-launch tritonserver ") and "--load-model=tensorrt_llm" in ranks[1]
+
+
 def test_multi_gpu_server_launches_one_mpi_rank_per_gpu():
     install = TritonInstall(Path("tritonserver"))
     cmd = tritonserver_command(install, Path("/repo"), "127.0.0.1", {"http": 1, "grpc": 2, "metrics": 3}, Path("/l"),

@@ -177,7 +177,7 @@ def stop_cmd(config_path, sets):
 
     _, layout = _load(config_path, sets)
     handle = pipeline.stop(layout)
-    click.echo(f"stopped pid {handle.pid}")
+    click.echo(handle.stop_summary)
 
 
 def parse_slo(text: str | None) -> dict:

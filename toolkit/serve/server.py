@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -33,6 +33,14 @@ class ServerHandle:
     repo_dir: str
     openai_port: int | None = None
     openai_pid: int | None = None
+    # Filled by stop_server: every process it ended ("name (pid)"), the server's orphans included.
+    ended: list[str] = field(default_factory=list)
+
+    @property
+    def stop_summary(self) -> str:
+        if not self.ended:
+            return f"stopped pid {self.pid} (nothing of it was still running)"
+        return f"stopped pid {self.pid}: ended {len(self.ended)} process(es): {', '.join(self.ended)}"
 
     @property
     def http_url(self) -> str:
@@ -98,13 +106,17 @@ def _choose_ports(server: ServerSection) -> dict[str, int]:
 
 
 def tritonserver_command(install: TritonInstall, repo_dir: Path, host: str, ports: dict[str, int],
-                         log_file: Path, world_size: int = 1) -> list[str]:
+                         log_file: Path, world_size: int = 1, llmapi: bool = False) -> list[str]:
+    """The server's command line, as NVIDIA's launch_triton_server.py builds it: one process at world size 1
+    (no MPI), else `mpirun` with one rank per GPU, each rank wrapped in `trtllm-llmapi-launch` for the
+    llmapi model (TensorRT-LLM's PyTorch backend then spans the ranks with its MPI session)."""
     rank0 = [str(install.binary), f"--model-repository={repo_dir}",
              f"--http-address={host}", f"--http-port={ports['http']}",
              f"--grpc-address={host}", f"--grpc-port={ports['grpc']}",
              f"--metrics-address={host}", f"--metrics-port={ports['metrics']}",
              "--allow-gpu-metrics=false" if install.backend_dir else "--allow-gpu-metrics=true",
-             # Per-model histograms incl. nv_inference_first_response_histogram_ms (server-side TTFT).
+             # Per-model histograms incl. nv_inference_first_response_histogram_ms (server-side TTFT; its
+             # buckets are fixed at 100/500/2000/5000 ms, so dashboards read TTFT from the engine's own metrics).
              "--metrics-config=histogram_latencies=true",
              "--disable-auto-complete-config", "--exit-timeout-secs=30", f"--log-file={log_file}"]
     if install.backend_dir:
@@ -121,7 +133,8 @@ def tritonserver_command(install: TritonInstall, repo_dir: Path, host: str, port
             str(install.binary), f"--model-repository={repo_dir}", "--model-control-mode=explicit",
             "--load-model=tensorrt_llm", "--disable-auto-complete-config", "--allow-http=false",
             "--allow-grpc=false", "--allow-metrics=false", f"--log-file={log_file}.rank{rank}"]
-        cmd += ["-n", "1"] + args + [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        launcher = ["trtllm-llmapi-launch"] if llmapi else []
+        cmd += ["-n", "1"] + launcher + args + [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
     return cmd
 
 
@@ -163,7 +176,8 @@ def start_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state
     log_file = (work_dir / "servers" / f"{config.name}.log").resolve()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.unlink(missing_ok=True)
-    cmd = tritonserver_command(install, repo_dir, server.host, ports, log_file, config.parallel.world_size)
+    cmd = tritonserver_command(install, repo_dir, server.host, ports, log_file, config.parallel.world_size,
+                               llmapi=config.engine.target == "llmapi")
     env = os.environ | install.env
     stdout = (log_file.parent / f"{config.name}.stdout").open("w")
     proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
@@ -230,35 +244,72 @@ def _start_openai_front(handle: ServerHandle, repo_dir: Path, log_path: Path, se
     raise ToolkitError("the OpenAI front did not answer within 60 s", f"read {log_path}")
 
 
-def _terminate(pid: int, timeout_s: float = 40) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """Live (non-zombie) processes of a process group, as (pid, command name), from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            finished, _ = os.waitpid(pid, os.WNOHANG)
-            if finished:
-                return
-        except ChildProcessError:  # not our child: poll for existence
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return
-        time.sleep(0.1)
+            text = stat.read_text()
+        except OSError:
+            continue  # ended while we looked
+        name = text[text.index("(") + 1:text.rindex(")")]
+        state, _ppid, group = text[text.rindex(")") + 2:].split()[:3]
+        if int(group) == pgid and state != "Z":
+            members.append((int(stat.parent.name), name))
+    return sorted(members)
+
+
+def _reap(pid: int) -> None:
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
         pass
+
+
+def end_process_group(pgid: int, grace_s: float = 40) -> list[str]:
+    """End every process of the group the server was started in (its own session): SIGTERM, then SIGKILL
+    after the grace period. Returns what was ended. The leader gets the grace period to drain; when it is
+    already gone (killed, crashed), its python-backend stubs have no one to stop them and ignore SIGTERM,
+    so they get a few seconds."""
+    _reap(pgid)
+    members = group_members(pgid)
+    if not members:
+        return []
+    leader_alive = any(pid == pgid for pid, _ in members)
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return []
+    deadline = time.monotonic() + (grace_s if leader_alive else min(grace_s, 3.0))
+    while time.monotonic() < deadline:
+        _reap(pgid)
+        if not group_members(pgid):
+            break
+        time.sleep(0.1)
+    else:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 5
+        while group_members(pgid) and time.monotonic() < deadline:
+            _reap(pgid)
+            time.sleep(0.05)
+    return [f"{name} ({pid})" for pid, name in members]
+
+
+def _terminate(pid: int, timeout_s: float = 40) -> list[str]:
+    return end_process_group(pid, timeout_s)
 
 
 def stop_server(state_file: Path) -> ServerHandle:
     handle = ServerHandle.load(state_file)
+    ended = []
     if handle.openai_pid:
-        _terminate(handle.openai_pid, timeout_s=5)
-    _terminate(handle.pid)
+        ended += _terminate(handle.openai_pid, timeout_s=5)
+    ended += _terminate(handle.pid)
     state_file.unlink(missing_ok=True)
+    handle.ended = ended
     return handle
 
 
