@@ -181,3 +181,21 @@ def test_duration_alone_bounds_a_step_by_time():
                                                                          "duration": 30.0}
     assert sweep_overrides(flags)["sweep.requests_per_step"] == "null"
     assert sweep_overrides(flags | {"requests": 8})["sweep.requests_per_step"] == 8
+
+
+def test_demo_ends_with_one_sentence_of_what_was_measured():
+    from toolkit.cli import measured_sentence
+
+    def step(level, ttft, itl, tps):
+        return {"mode": "concurrency", "concurrency": level, "request_count": 32,
+                "metrics": {"time_to_first_token": {"p50": ttft}, "inter_token_latency": {"p50": itl}},
+                "output_token_throughput": {"avg": tps}}
+
+    summary = {"run": {"model": "small", "qformat": "fp8", "target": "cpu", "endpoint": "triton-grpc",
+                       "sweep": {"step_warmup_requests": 8}},
+               "steps": [step(1, 50.0, 20.0, 48), step(8, 210.5, 31.25, 240)]}
+    assert measured_sentence(summary) == (
+        "Measured small (fp8 weights computed in float32 on CPU) behind Triton with in-flight batching over "
+        "triton-grpc: from concurrency 1 to 8, TTFT p50 50.0 → 210.5 ms, ITL p50 20.0 → 31.2 ms, output 48 → 240 "
+        "tokens/s (32 requests per step after 8 warm-up requests).")
+    assert measured_sentence({"steps": [{"request_count": 0}]}).startswith("Nothing was measured")

@@ -7,7 +7,7 @@ from toolkit.bench.clients import OpenAIChatClient, OpenAICompletionsClient
 from toolkit.serve.openai_front import InvalidRequest, parse_request
 
 GREEDY_MODEL = {"text_input", "max_tokens", "stream", "ignore_eos"}
-SAMPLING_MODEL = GREEDY_MODEL | {"temperature", "top_p", "top_k", "random_seed"}
+SAMPLING_MODEL = GREEDY_MODEL | {"temperature", "top_p", "top_k", "seed"}
 
 
 def parse(body, inputs=GREEDY_MODEL, chat=False):
@@ -43,7 +43,7 @@ def test_greedy_values_pass_without_sampling_inputs():
 def test_sampling_fields_become_the_models_inputs_when_it_has_them():
     req = parse({"temperature": 0.8, "top_p": 0.9, "top_k": 40, "seed": 3}, inputs=SAMPLING_MODEL)
     assert req["sampling"] == {"temperature": ("temperature", "FP32", 0.8), "top_p": ("top_p", "FP32", 0.9),
-                               "top_k": ("top_k", "INT32", 40), "seed": ("random_seed", "UINT64", 3)}
+                               "top_k": ("top_k", "INT32", 40), "seed": ("seed", "UINT64", 3)}
 
 
 def test_chat_needs_messages():

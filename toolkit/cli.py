@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from pathlib import Path
@@ -449,11 +450,54 @@ def demo_cmd(config_path, sets):
         run_dir = pipeline.sweep(config, layout, progress=lambda line: echo(f"[6/7] {line}"))
     finally:
         pipeline.stop(layout)
+        echo("      server       stopped")
     report = pipeline.report(run_dir)
     findings, doctor = pipeline.doctor(run_dir)
     for finding in findings:
         echo(f"      doctor: {finding.summary} — {finding.evidence}")
     echo(f"[7/7] report       {report} (HTML: {report.with_suffix('.html')}; checklist: {doctor})")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    prog = _how_to_call()
+    again = "" if config_path == DEFAULT_CONFIG else f" -c {config_path}"
+    echo(f"\n{measured_sentence(summary)}\nThe server is stopped. Next: `{prog} serve{again} --detach` starts it "
+         f"again, `{prog} sweep{again} --concurrency 1 --concurrency 16 --step-warmup 16` measures more, "
+         f"`{prog} stop{again}` stops it; open {report.with_suffix('.html')} in a browser.")
+
+
+def _how_to_call() -> str:
+    """How the user can type this command: `toolkit` where it is on PATH, else the path they ran."""
+    import shutil
+
+    ran = Path(sys.argv[0])
+    on_path = shutil.which("toolkit")
+    if on_path and ran.name == "toolkit" and Path(on_path).resolve() == ran.resolve():
+        return "toolkit"
+    return str(ran) if ran.name == "toolkit" else ".venv/bin/toolkit"
+
+
+def measured_sentence(summary: dict) -> str:
+    """One sentence on what a sweep measured, from its summary.json (pure)."""
+    info, steps = summary.get("run", {}), [s for s in summary.get("steps", []) if s.get("request_count")]
+    if not steps:
+        return "Nothing was measured: no request succeeded."
+    first, last = steps[0], steps[-1]
+    load = "concurrency" if first.get("mode", "concurrency") == "concurrency" else "request rate"
+    level = (lambda s: f"{s.get('concurrency') or s.get('rate'):g}")  # noqa: E731
+
+    def span(tag: str) -> str:
+        values = [s["metrics"][tag]["p50"] for s in (first, last) if tag in s["metrics"]]
+        return " → ".join(f"{v:.1f}" for v in values) or "-"
+
+    weights = info.get("qformat", "?")
+    precision = (f"{weights} weights computed in float32 on CPU" if info.get("target") == "cpu"
+                 else f"{weights} weights")
+    sweep = info.get("sweep") or {}
+    warm = f" after {sweep['step_warmup_requests']} warm-up requests" if sweep.get("step_warmup_requests") else ""
+    return (f"Measured {info.get('model', '?')} ({precision}) behind Triton with in-flight batching over "
+            f"{info.get('endpoint', '?')}: from {load} {level(first)} to {level(last)}, TTFT p50 "
+            f"{span('time_to_first_token')} ms, ITL p50 {span('inter_token_latency')} ms, output "
+            f"{first['output_token_throughput']['avg']:.0f} → {last['output_token_throughput']['avg']:.0f} tokens/s "
+            f"({last['request_count']} requests per step{warm}).")
 
 
 def main() -> None:

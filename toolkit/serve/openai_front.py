@@ -35,7 +35,7 @@ class BackendError(RuntimeError):
 
 # OpenAI sampling fields → the ensemble's optional inputs (TensorRT-LLM's names), passed when the model has them.
 SAMPLING_INPUTS = {"temperature": ("temperature", "FP32"), "top_p": ("top_p", "FP32"), "top_k": ("top_k", "INT32"),
-                   "seed": ("random_seed", "UINT64")}
+                   "seed": ("seed", "UINT64")}
 
 
 class TritonBackend:
