@@ -18,6 +18,7 @@ import csv
 import json
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from toolkit.bench.metrics import METRICS, RECORD_METRICS, STEP_METRICS, Metric
 from toolkit.bench.records import RequestRecord, read_jsonl, read_records
@@ -55,6 +56,14 @@ def _step_values(step: dict) -> list[tuple[Metric, float]]:
     return out
 
 
+def _entries(step: dict, named: Callable[[Metric], str | None]) -> list[tuple[Metric, dict]]:
+    """The step's metrics that a format has a name for, as {unit, avg, p.., ...} in export units."""
+    out = [(metric, _metric_json(metric, step["metrics"][metric.tag]))
+           for metric in RECORD_METRICS if metric.tag in step["metrics"] and named(metric)]
+    return out + [(metric, {"unit": metric.exported_unit, "avg": value})
+                  for metric, value in _step_values(step) if named(metric)]
+
+
 def clock_offset(run_dir: Path, summary: dict) -> float | None:
     """Seconds to add to a record's perf_counter times to get the epoch (None for a run with no records).
 
@@ -79,14 +88,10 @@ def clock_offset(run_dir: Path, summary: dict) -> float | None:
 
 def genai_perf_json(step: dict, run: dict) -> dict:
     out = {}
-    for metric in RECORD_METRICS:
-        stats = step["metrics"].get(metric.tag)
-        if stats and metric.genai_perf_header:
-            out[metric.tag] = _metric_json(metric, stats)
-    for metric, value in _step_values(step):
-        if metric.genai_perf_header:
-            key = "request_goodput" if metric.tag == "goodput" else metric.tag
-            out[key] = {"unit": "count" if metric.tag == "request_count" else metric.exported_unit, "avg": value}
+    for metric, entry in _entries(step, lambda m: m.genai_perf_header):
+        # genai-perf's own spellings where they differ from AIPerf's
+        key = "request_goodput" if metric.tag == "goodput" else metric.tag
+        out[key] = entry | ({"unit": "count"} if metric.tag == "request_count" else {})
     sweep = run.get("sweep", {})
     out["input_config"] = {"model": [run.get("model")], "endpoint_type": run.get("endpoint"),
                            "concurrency": step.get("concurrency"), "request_rate": step.get("rate"),
@@ -173,13 +178,7 @@ def aiperf_summary(step: dict, run: dict, records: list[RequestRecord], offset: 
     """profile_export_aiperf.json for one step."""
     out: dict = {"schema_version": AIPERF_SCHEMA_VERSION, "exported_by": "llm-deployment-toolkit",
                  "benchmark_id": f"{Path(run.get('run_dir', 'run')).name}/{step['step']}"}
-    for metric in RECORD_METRICS:
-        stats = step["metrics"].get(metric.tag)
-        if stats and metric.aiperf_header:
-            out[metric.export_tag] = _metric_json(metric, stats)
-    for metric, value in _step_values(step):
-        if metric.aiperf_header:
-            out[metric.export_tag] = {"unit": metric.exported_unit, "avg": value}
+    out |= {metric.export_tag: entry for metric, entry in _entries(step, lambda m: m.aiperf_header)}
     measured = [r for r in records if not r.warmup]
     errors: dict[tuple, int] = {}
     for r in measured:

@@ -1,20 +1,21 @@
-"""One self-contained HTML report (plots embedded as PNG data) of one or several runs."""
+"""One self-contained HTML report (plots embedded as PNG data) of one or several runs: the same
+sections as report.md (toolkit/report/markdown.py), each followed by its plots."""
 
 from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 
-from toolkit.report import plots
-from toolkit.report.markdown import DEFINITIONS, comparison_table, run_header, step_table, step_title
 from toolkit.bench.rundir import RunDir
+from toolkit.report.markdown import load_ab, report_title, sections
 
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.5em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.3em 0}
+_STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
+td:first-child,th:first-child{text-align:left}th{background:#f5f5f5}img{max-width:100%;border:1px solid #eee;margin:.3em 0}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:10px}.note{background:#fff4e0;padding:.5em 1em}
-code{background:#f3f3f3;padding:0 3px}"""
+code{background:#f3f3f3;padding:0 3px}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}"""
 
 
 def _img(png: bytes | None, alt: str) -> str:
@@ -23,9 +24,9 @@ def _img(png: bytes | None, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
-def _markdown_table(text: str) -> str:
-    """The report's simple Markdown (pipe tables, bullets, bold) to HTML."""
-    out, rows = [], []
+def markdown_to_html(text: str) -> str:
+    """The report's own Markdown (pipe tables, bullets, quotes, bold, code) to HTML."""
+    out, rows, items = [], [], []
 
     def flush():
         if rows:
@@ -33,15 +34,22 @@ def _markdown_table(text: str) -> str:
             out.append("<table><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>"
                        + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in body) + "</table>")
             rows.clear()
+        if items:
+            out.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+            items.clear()
 
     for line in text.splitlines():
         if line.startswith("|"):
-            rows.append([_inline(c.strip()) for c in line.strip("|").split("|")])
+            rows.append([_inline(c.strip()) for c in line.strip().strip("|").split("|")])
+            continue
+        if line.startswith("- "):
+            items.append(_inline(line[2:]))
+            continue
+        if line.startswith("  - ") and items:
+            items[-1] += "<br>" + _inline(line[4:])
             continue
         flush()
-        if line.startswith("- "):
-            out.append(f"<li>{_inline(line[2:])}</li>")
-        elif line.startswith("> "):
+        if line.startswith("> "):
             out.append(f'<p class="note">{_inline(line[2:])}</p>')
         elif line.strip():
             out.append(f"<p>{_inline(line)}</p>")
@@ -50,37 +58,25 @@ def _markdown_table(text: str) -> str:
 
 
 def _inline(text: str) -> str:
-    import re
-
     text = html.escape(text)
     text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
     return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
 
 
-def render_html(runs: list[RunDir]) -> str:
-    title = runs[0].name if len(runs) == 1 else f"{len(runs)} runs compared"
+def render_html(runs: list[RunDir], ab: dict | None = None) -> str:
+    title = report_title(runs)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{_STYLE}</style></head><body><h1>Sweep report: {html.escape(title)}</h1>",
-             f"<p>{_inline(DEFINITIONS)}</p>"]
-    if len(runs) > 1:
-        parts += ["<h2>Comparison</h2>", _markdown_table(comparison_table(runs))]
-    parts += ["<h2>Latency and throughput vs load</h2><div class='grid'>",
-              _img(plots.latency_vs_load(runs, "time_to_first_token", "TTFT"), "TTFT vs load"),
-              _img(plots.latency_vs_load(runs, "inter_token_latency", "ITL"), "ITL vs load"),
-              _img(plots.throughput_vs_latency(runs), "throughput vs latency"), "</div>"]
-    for run in runs:
-        parts += [f"<h2>Run {html.escape(run.label)} <small>({html.escape(run.name)})</small></h2>",
-                  _markdown_table("\n".join(run_header(run))), "<div class='grid'>",
-                  _img(plots.phase_shares(run), "prefill vs decode"),
-                  _img(plots.itl_distribution(run), "ITL distribution"),
-                  _img(plots.server_timeline(run), "server over time"),
-                  _img(plots.roofline_with_measurements(run), "roofline with measured points"), "</div>"]
-        for step in run.steps:
-            parts += [f"<h3>{html.escape(step_title(step))}</h3>", _markdown_table(step_table(step))]
+             f"<style>{_STYLE}</style></head><body><h1>Sweep report: {html.escape(title)}</h1>"]
+    for section in sections(runs, ab):
+        parts += [f"<h{section.level}>{html.escape(section.title)}</h{section.level}>", markdown_to_html(section.body)]
+        images = [_img(make(), alt) for alt, make in section.plots]
+        images = [i for i in images if i]
+        if images:
+            parts += ["<div class='grid'>", *images, "</div>"]
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 def write_html_report(runs: list[RunDir], path: Path) -> Path:
-    path.write_text(render_html(runs))
+    path.write_text(render_html(runs, load_ab(path.parent)))
     return path

@@ -1,21 +1,111 @@
-"""Markdown report of one or several sweep runs: a table per step, server view, prefill vs decode."""
+"""The report of one or several sweep runs as sections of Markdown; report.md and report.html are both
+made from `sections()`, so the HTML holds everything the Markdown does (plus the plots).
+
+Order: summary table (every run and step, with units and which way is better), findings of the
+doctor, A/B verdicts (when the report sits beside an ab.json), then each run: what ran, prefill vs
+decode, and a full table per step (avg/min/max/std, p1…p99).
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
-from toolkit.bench.metrics import RECORD_METRICS
+from toolkit.bench.metrics import METRICS, RECORD_METRICS
 from toolkit.bench.rundir import RunDir
 
-COLUMNS = ["avg", "min", "max", "p50", "p90", "p95", "p99"]
+COLUMNS = ["avg", "min", "max", "std", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99"]
 DEFINITIONS = ("Definitions (genai-perf / AIPerf): TTFT = first response − send; ITL = (latency − TTFT) / "
                "(output tokens − 1); inter-chunk gap = every gap between consecutive responses; output tokens as "
                "the server reports them (Triton `output_token_count`, OpenAI `usage`), else counted with the "
-               "model's tokenizer. Throughputs divide by the step's window, first send → last completion.")
+               "model's tokenizer. Throughputs divide by the step's window, first send → last completion. "
+               "↓ lower is better, ↑ higher is better.")
+# What a quantization format's weights are once the engine computes with them (the kernels' format).
+_COMPUTED_AS = {"fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4", "w4a8_awq": "int4", "nvfp4": "fp4",
+                "int8_wo": "int8", "int8_weight_only": "int8"}
+
+
+@dataclass
+class Section:
+    title: str
+    level: int  # 2 = ##, 3 = ###
+    body: str  # Markdown
+    plots: list[tuple[str, Callable[[], bytes | None]]] = field(default_factory=list)  # HTML only
 
 
 def fmt(value: float) -> str:
     return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def arrow(tag: str) -> str:
+    better = METRICS[tag].lower_is_better
+    return "" if better is None else (" ↓" if better else " ↑")
+
+
+# ---------------------------------------------------------------- what ran, named honestly
+
+
+def computed_as(run: RunDir) -> str:
+    """The precision the engine computed in: the run's reported weight format, else the planner's view
+    of the deployment (the CPU engine dequantizes and computes in fp32)."""
+    info = run.summary.get("run", {})
+    environment = run.path / "environment.json"
+    env = json.loads(environment.read_text()) if environment.is_file() else {}
+    return str(info.get("weight_format") or (info.get("engine") or {}).get("weight_format")
+               or (env.get("weight_format") if isinstance(env, dict) else None)
+               or (info.get("plan_deployment") or {}).get("weights") or "")
+
+
+def precision(run: RunDir) -> str:
+    """'fp8' only where the engine computes in fp8; else 'fp8 checkpoint, computed in fp32'."""
+    qformat = run.summary.get("run", {}).get("qformat") or "none"
+    computed = computed_as(run)
+    if qformat == "none":
+        return computed or "unquantized"
+    if computed and computed.split("-")[0] == _COMPUTED_AS.get(qformat, qformat):
+        return qformat
+    return f"{qformat} checkpoint, computed in {computed}" if computed else f"{qformat} checkpoint"
+
+
+def run_date(run: RunDir) -> str:
+    match = re.match(r"(\d{8})-(\d{6})", run.name)
+    if not match:
+        return ""
+    return datetime.strptime("".join(match.groups()), "%Y%m%d%H%M%S").strftime("%Y-%m-%d %H:%M:%S")
+
+
+_DIFFERING = (("config_name", "{}"), ("qformat", "{}"), ("kv_cache_dtype", "KV {}"), ("endpoint", "{}"),
+              ("target", "{}"))
+
+
+def run_labels(runs: list[RunDir]) -> list[str]:
+    """Distinct legend labels: the variant (or config), what differs between the runs, repetition, time."""
+    infos = [r.summary.get("run", {}) for r in runs]
+    labels = []
+    for run, info in zip(runs, infos):
+        parts = [info.get("label") or info.get("config_name") or run.name]
+        for key, pattern in _DIFFERING:
+            if len({str(i.get(key)) for i in infos}) > 1 and info.get(key) not in (None, "") \
+                    and str(info.get(key)) != parts[0]:
+                parts.append(pattern.format(info[key]))
+        modes = {s.get("mode") for s in run.steps}
+        if len({m for r in runs for s in r.steps for m in [s.get("mode")]}) > 1:
+            parts.append("/".join(sorted(str(m) for m in modes)))
+        if info.get("repetition") is not None:
+            parts.append(f"rep {info['repetition'] + 1}")
+        if len(runs) > 1:
+            parts.append(run_date(run)[5:] or run.name)  # month-day time: runs of one day differ by time
+        labels.append(" · ".join(parts))
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels):  # still equal (same second): number them
+        seen[label] = seen.get(label, 0) + 1
+        if labels.count(label) > 1:
+            labels[i] = f"{label} #{seen[label]}"
+    return labels
 
 
 def step_title(step: dict) -> str:
@@ -27,19 +117,49 @@ def step_title(step: dict) -> str:
     return load + shape
 
 
+def step_load(step: dict) -> str:
+    return f"rate {step['rate']:g}/s" if step.get("mode") == "rate" else f"c{step.get('concurrency')}"
+
+
+# ---------------------------------------------------------------- sections
+
+
+_SUMMARY_COLUMNS = [("time_to_first_token", "p50", "TTFT"), ("time_to_first_token", "p99", "TTFT"),
+                    ("inter_token_latency", "p50", "ITL"), ("inter_token_latency", "p99", "ITL"),
+                    ("request_latency", "p50", "Latency"), ("output_token_throughput_per_user", "p50", "tok/s/user")]
+
+
+def summary_table(runs: list[RunDir], labels: list[str]) -> str:
+    head = ["Run", "Load", "ISL / OSL", "OK / failed"] + \
+        [f"{name} {stat} {METRICS[tag].unit}{arrow(tag)}" if tag != "output_token_throughput_per_user"
+         else f"{name} {stat}{arrow(tag)}" for tag, stat, name in _SUMMARY_COLUMNS] + \
+        [f"Output tok/s{arrow('output_token_throughput')}"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|---:|" + "---:|" * (len(head) - 4)]
+    for run, label in zip(runs, labels):
+        for step in run.steps:
+            m = step["metrics"]
+            cells = [fmt(m[tag][stat]) if tag in m else "-" for tag, stat, _ in _SUMMARY_COLUMNS]
+            small = " (few)" if step.get("small_sample") else ""
+            lines.append(f"| {label} | {step_load(step)} | {step.get('input_tokens', '-')} / "
+                         f"{step.get('output_tokens', '-')} | {step['request_count']}{small} / {step['error_count']} | "
+                         + " | ".join(cells) + f" | {fmt(step['output_token_throughput']['avg'])} |")
+    return "\n".join(lines)
+
+
 def step_table(step: dict) -> str:
     lines = ["| Metric | Unit | " + " | ".join(COLUMNS) + " |", "|---|---|" + "---:|" * len(COLUMNS)]
     for metric in RECORD_METRICS:
         stats = step["metrics"].get(metric.tag)
         if stats:
-            lines.append(f"| {metric.header} | {stats['unit']} | " + " | ".join(fmt(stats[c]) for c in COLUMNS) + " |")
+            lines.append(f"| {metric.header}{arrow(metric.tag)} | {stats['unit']} | "
+                         + " | ".join(fmt(stats[c]) if c in stats else "-" for c in COLUMNS) + " |")
     lines.append("")
     lines.append(f"- Output token throughput: **{fmt(step['output_token_throughput']['avg'])} tokens/s**; "
                  f"request throughput: **{step['request_throughput']['avg']:.3f} requests/s**; "
                  f"{step['request_count']} requests in {step['duration_s']:.2f} s")
     if step.get("small_sample"):
-        lines.append(f"- Only {step['request_count']} requests: the tail percentiles (p90–p99) rest on one or two "
-                     "of them; measure more (--requests) before comparing tails")
+        lines.append(f"- Only {step['request_count']} requests: the tail percentiles (p90, p99) are the largest one "
+                     "or two values, not a distribution; measure more requests for tails")
     if step.get("goodput"):
         g = step["goodput"]
         slo = ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in g["slo"].items() if v is not None)
@@ -67,9 +187,8 @@ def step_table(step: dict) -> str:
     return "\n".join(lines)
 
 
-def phase_section(run: RunDir) -> str:
-    lines = ["### Prefill vs decode", "",
-             "Prefill is the time to first token (queueing + prompt processing); decode is the rest of the "
+def phase_table(run: RunDir) -> str:
+    lines = ["Prefill is the time to first token (queueing + prompt processing); decode is the rest of the "
              "request (one forward pass per output token).", "",
              "| Step | Prefill (TTFT) ms | Decode ms | Prefill share | Decode share | Dominant |",
              "|---|---:|---:|---:|---:|---|"]
@@ -89,15 +208,17 @@ def phase_section(run: RunDir) -> str:
 
 def run_header(run: RunDir) -> list[str]:
     info = run.summary.get("run", {})
-    out = []
-    for key in ("config_name", "model", "qformat", "kv_cache_dtype", "endpoint", "target"):
+    out = [f"- model: `{info.get('model', '?')}` ({precision(run)})"]
+    for key in ("config_name", "kv_cache_dtype", "endpoint", "target", "label"):
         if info.get(key) not in (None, ""):
             out.append(f"- {key.replace('_', ' ')}: `{info[key]}`")
+    if run_date(run):
+        out.append(f"- started: {run_date(run)}; folder `{run.path}`")
     s = info.get("sweep")
     if s:
         if s.get("mode") == "rate":
-            cap = s.get("max_concurrency") or "uncapped"
-            load = f"rate {s.get('request_rates')} req/s ({s.get('arrival')}, max in flight {cap})"
+            cap = f", at most {s['max_concurrency']} in flight" if s.get("max_concurrency") else ""
+            load = f"rate {s.get('request_rates')} req/s ({s.get('arrival')} arrivals{cap})"
         else:
             load = f"concurrency {s.get('concurrencies')}"
         bound = " and/or ".join(x for x in (f"{s['requests_per_step']} requests" if s.get("requests_per_step") else "",
@@ -112,38 +233,70 @@ def run_header(run: RunDir) -> list[str]:
     return out
 
 
-def comparison_table(runs: list[RunDir]) -> str:
-    lines = ["| Run | Step | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | Latency p50 ms | Output tok/s | Errors |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for run in runs:
-        for step in run.steps:
-            m = step["metrics"]
+def findings(run: RunDir) -> str:
+    from toolkit.report.doctor import diagnose
 
-            def cell(tag, pct):
-                return fmt(m[tag][pct]) if tag in m else "-"
+    found = diagnose(run)
+    if not found:
+        return "No findings: nothing in this run matches the doctor's checklist."
+    return "\n".join(f"- **{f.summary}** ({f.severity}): {f.evidence}. Lever: {f.lever}" for f in found)
 
-            lines.append(f"| {run.label} | {step_title(step)} | {cell('time_to_first_token', 'p50')} | "
-                         f"{cell('time_to_first_token', 'p99')} | {cell('inter_token_latency', 'p50')} | "
-                         f"{cell('inter_token_latency', 'p99')} | {cell('request_latency', 'p50')} | "
-                         f"{fmt(step['output_token_throughput']['avg'])} | {step['error_count']} |")
+
+def load_ab(folder: Path) -> dict | None:
+    """The A/B results when the report is written beside `toolkit ab`'s ab.json."""
+    path = Path(folder) / "ab.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def ab_table(ab: dict) -> str:
+    lines = ["Change = (candidate − baseline) / baseline of the median; 95 % interval from a two-level bootstrap "
+             "(repetitions, then requests). A verdict other than noise needs every repetition to agree.", "",
+             "| Candidate vs baseline | Step | Metric | Baseline | Candidate | Change | 95 % interval | Verdict | Why |",
+             "|---|---|---|---:|---:|---:|---|---|---|"]
+    for r in ab.get("results", []):
+        metric = METRICS.get(r["metric"])
+        unit = f" {metric.unit}" if metric else ""
+        name = f"{metric.header}{arrow(metric.tag)}" if metric else r["metric"]
+        lines.append(f"| {r['candidate']} vs {r['baseline']} | {r['step']} | {name} | {fmt(r['baseline_value'])}{unit} | "
+                     f"{fmt(r['candidate_value'])}{unit} | {100 * r['relative_change']:+.1f} % | "
+                     f"[{100 * r['ci_low']:+.1f} %, {100 * r['ci_high']:+.1f} %] | **{r['verdict']}** | {r['reason']} |")
     return "\n".join(lines)
 
 
-def render_markdown(runs: list[RunDir]) -> str:
-    title = runs[0].name if len(runs) == 1 else f"{len(runs)} runs compared"
-    out = [f"# Sweep report: {title}", "", DEFINITIONS, ""]
+def sections(runs: list[RunDir], ab: dict | None = None) -> list[Section]:
+    from toolkit.report import plots
+
+    labels = run_labels(runs)
+    out = [Section("Summary", 2, DEFINITIONS + "\n\n" + summary_table(runs, labels),
+                   plots=plots.comparison_plots(runs, labels))]
+    if ab:
+        out.append(Section("A/B verdicts", 2, ab_table(ab)))
+    for run, label in zip(runs, labels):
+        out.append(Section(f"Findings — {label}" if len(runs) > 1 else "Findings", 2, findings(run)))
+    for run, label in zip(runs, labels):
+        out.append(Section(f"Run {label}", 2, "\n".join(run_header(run)), plots=plots.run_plots(run, label)))
+        out.append(Section("Prefill vs decode", 3, phase_table(run)))
+        out += [Section(step_title(step), 3, step_table(step)) for step in run.steps]
+    return out
+
+
+def report_title(runs: list[RunDir]) -> str:
     if len(runs) > 1:
-        out += ["## Comparison", "", comparison_table(runs), ""]
-    for run in runs:
-        out += [f"## Run {run.label} ({run.name})" if len(runs) > 1 else "## Run", ""] + run_header(run)
-        for step in run.steps:
-            out += ["", f"### {step_title(step)}", "", step_table(step)]
-        out += ["", phase_section(run), ""]
+        return f"{len(runs)} runs compared"
+    run = runs[0]
+    info = run.summary.get("run", {})
+    return f"{info.get('config_name', run.name)}: {info.get('model', '?')} ({precision(run)}), {run_date(run) or run.name}"
+
+
+def render_markdown(runs: list[RunDir], ab: dict | None = None) -> str:
+    out = [f"# Sweep report: {report_title(runs)}", ""]
+    for section in sections(runs, ab):
+        out += ["#" * section.level + " " + section.title, "", section.body, ""]
     return "\n".join(out)
 
 
 def write_markdown_report(runs: RunDir | list[RunDir], out_path: Path | None = None) -> Path:
     runs = runs if isinstance(runs, list) else [runs]
     path = out_path or runs[0].path / "report.md"
-    path.write_text(render_markdown(runs))
+    path.write_text(render_markdown(runs, load_ab(path.parent)))
     return path
