@@ -28,8 +28,8 @@ def plot_roofline(plan: dict, path: Path, measured: list[dict] | None = None) ->
                                    (f"decode (batch {d['batch']})", r["decode_intensity"], peak, "tab:blue")):
         ax.plot([ai], [min(ai * bandwidth, roof) / scale], "o", color=color, label=label)
     for point in measured or []:
-        ax.plot([point["intensity"]], [point["achieved_flops"] / scale], "x", color="tab:green",
-                label=point.get("label", "measured"))
+        ax.plot([point["intensity"]], [point["achieved_flops"] / scale], point.get("marker", "x"),
+                color=point.get("color", "tab:green"), label=point.get("label", "measured"))
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel(f"attainable {unit}")
     ax.set_title(f"{plan['model']['name']} on {gpu['name']} (weights {d['weights']}, KV {d['kv_dtype']})")
