@@ -81,8 +81,14 @@ def test_titles_never_call_an_fp32_computed_model_fp8(tmp_path):
     cpu = RunDir.open(make_run(tmp_path, "cpu"))
     assert precision(cpu) == "fp8 checkpoint, computed in fp32"
     assert "fp8 checkpoint, computed in fp32" in render_markdown([cpu]).splitlines()[0]
-    native = RunDir.open(make_run(tmp_path, "native", info={"weight_format": "fp8"}))
+    native = RunDir.open(make_run(tmp_path, "native", info={"weight_format": "fp8-a8"}))
     assert precision(native) == "fp8"
+    widened = RunDir.open(make_run(tmp_path, "widened", info={"weight_format": "fp8-widened"}))
+    assert precision(widened) == "fp8 checkpoint, engine kernels fp8-widened"
+    # The CPU runtime plans fp8 bytes but, unreported, is said to compute in its activation dtype
+    runtime = RunDir.open(make_run(tmp_path, "runtime", info={"plan_deployment": {"weights": "fp8"},
+                                                              "engine": {"dtype": "auto"}}))
+    assert precision(runtime) == "fp8 checkpoint, computed in bf16"
     awq = RunDir.open(make_run(tmp_path, "awq", info={"qformat": "int4_awq", "weight_format": "int4-g128"}))
     assert precision(awq) == "int4_awq"
     gpu = RunDir.open(make_run(tmp_path, "gpu", info={"target": "trtllm", "plan_deployment": {"weights": "fp8"}}))

@@ -49,24 +49,42 @@ def arrow(tag: str) -> str:
 # ---------------------------------------------------------------- what ran, named honestly
 
 
-def computed_as(run: RunDir) -> str:
-    """The precision the engine computed in: the run's reported weight format, else the planner's view
-    of the deployment (the CPU engine dequantizes and computes in fp32)."""
+def reported_weight_format(run: RunDir) -> str:
+    """What the engine said its kernels run (the CPU runtime's ModelRunner.weight_format, e.g. 'fp8',
+    'fp8-widened', 'int4-g128'), where the run recorded it; '' otherwise."""
     info = run.summary.get("run", {})
     environment = run.path / "environment.json"
     env = json.loads(environment.read_text()) if environment.is_file() else {}
     return str(info.get("weight_format") or (info.get("engine") or {}).get("weight_format")
-               or (env.get("weight_format") if isinstance(env, dict) else None)
-               or (info.get("plan_deployment") or {}).get("weights") or "")
+               or (env.get("weight_format") if isinstance(env, dict) else None) or "")
+
+
+def compute_dtype(run: RunDir) -> str:
+    """The precision the engine computes in when it did not report its kernels."""
+    info = run.summary.get("run", {})
+    planned = (info.get("plan_deployment") or {}).get("weights") or ""
+    if info.get("target") != "cpu":
+        return planned  # TensorRT-LLM runs the format's own kernels
+    if planned in ("fp32", "bf16", "fp16"):
+        return planned  # the planner already said what the CPU engine computes in (older runs: fp32)
+    dtype = (info.get("engine") or {}).get("dtype") or "auto"
+    return "bf16" if dtype == "auto" else dtype  # the CPU runtime's activations (auto = bf16)
 
 
 def precision(run: RunDir) -> str:
-    """'fp8' only where the engine computes in fp8; else 'fp8 checkpoint, computed in fp32'."""
+    """'fp8' only where the engine computes in fp8; else e.g. 'fp8 checkpoint, computed in bf16'."""
     qformat = run.summary.get("run", {}).get("qformat") or "none"
-    computed = computed_as(run)
+    reported = reported_weight_format(run)
+    if reported:
+        if qformat == "none":
+            return reported
+        native = all("widened" not in f and f.split("-")[0] == _COMPUTED_AS.get(qformat, qformat)
+                     for f in reported.split("+"))
+        return qformat if native else f"{qformat} checkpoint, engine kernels {reported}"
+    computed = compute_dtype(run)
     if qformat == "none":
         return computed or "unquantized"
-    if computed and computed.split("-")[0] == _COMPUTED_AS.get(qformat, qformat):
+    if computed == _COMPUTED_AS.get(qformat, qformat):
         return qformat
     return f"{qformat} checkpoint, computed in {computed}" if computed else f"{qformat} checkpoint"
 
