@@ -98,6 +98,10 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:,.2f} ms"
 
 
+def _rate(flops: float) -> str:
+    return f"{flops / 1e9:,.0f} GFLOP/s" if flops < 1e12 else f"{flops / 1e12:,.4g} TFLOP/s"
+
+
 def _device_row(g: dict, d: dict) -> str:
     if g.get("kind") == "cpu":
         peaks = ", ".join(f"{k} {v * 1e3:,.0f}" for k, v in g["peak_tflops"].items())
@@ -121,7 +125,7 @@ def render_table(plan: dict) -> str:
     rows = [
         ("model", f"{plan['model']['name']} ({plan['model']['total_params'] / 1e9:.2f} B params)"),
         ("device", _device_row(g, d)),
-        ("formats", f"weights {d['weights']} ({peak / 1e12:,.3g} TFLOP/s for its matmuls), KV {d['kv_dtype']}"),
+        ("formats", f"weights {d['weights']} ({_rate(peak)} for its matmuls), KV {d['kv_dtype']}"),
         ("weights", f"{_gb(m['weight_bytes_total'])} total, {_gb(m['weight_bytes_per_gpu'])} per GPU"),
         ("activations", f"{_gb(m['activation_bytes_per_gpu'])} per GPU at max_num_tokens {d['max_num_tokens']:,}"),
         ("KV per token", f"{m['kv_bytes_per_token'] / 1e6:.3f} MB ({m['kv_bytes_per_token_per_gpu'] / 1e6:.3f} MB per GPU)"),
