@@ -150,7 +150,7 @@ class TritonGrpcClient:
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
         import grpc
 
-        request = ensemble_request(self.model, text, max_tokens, request_id=str(record.request_index))
+        request = self.build_request(text, max_tokens, str(record.request_index))
         call = self.streams.acquire()
         pieces = []
         finished = False
@@ -180,8 +180,15 @@ class TritonGrpcClient:
         except grpc.aio.AioRpcError as exc:
             record.error, record.error_kind = describe_rpc_error(exc)
         finally:
-            record.output_text = "".join(pieces)
+            record.output_text = self.join_pieces(pieces)
             self.streams.release(call, finished)
+
+    def build_request(self, text: str, max_tokens: int, request_id: str):
+        return ensemble_request(self.model, text, max_tokens, request_id=request_id)
+
+    @staticmethod
+    def join_pieces(pieces: list[str]) -> str:
+        return "".join(pieces)  # each response carries only its new text
 
     async def close(self) -> None:
         await self.streams.close()
@@ -234,8 +241,13 @@ class TritonHttpClient(_SseClient):
         super().__init__()
         self.url = f"{url.rstrip('/')}/v2/models/{model or 'ensemble'}/generate_stream"
 
+    def body(self, text: str, max_tokens: int) -> dict:
+        return {"text_input": text, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+
+    join_pieces = staticmethod(TritonGrpcClient.join_pieces)
+
     async def generate(self, text: str, max_tokens: int, record: RequestRecord) -> None:
-        body = {"text_input": text, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+        body = self.body(text, max_tokens)
         pieces = []
         async for now, data in post_sse(self.session, self.url, body, record):
             event = json.loads(data)
@@ -251,7 +263,7 @@ class TritonHttpClient(_SseClient):
                     record.server_output_tokens = (record.server_output_tokens or 0) + count
         if record.error is None:
             record.end_time = time.perf_counter()
-        record.output_text = "".join(pieces)
+        record.output_text = self.join_pieces(pieces)
 
 
 class OpenAICompletionsClient(_SseClient):
@@ -345,4 +357,92 @@ def make_client(endpoint: str, url: str, model: str) -> EndpointClient:
         from toolkit.errors import ToolkitError
 
         raise ToolkitError(f"unknown endpoint {endpoint!r}", f"use one of: {', '.join(CLIENTS)}")
+    if endpoint in LLMAPI_CLIENTS and serves_llmapi_model(endpoint, url, model):
+        return LLMAPI_CLIENTS[endpoint](url, model)
     return CLIENTS[endpoint](url, model)
+
+
+# --- TensorRT-LLM's llmapi model: the engine-free GPU target's repository ------------------------------
+# One `tensorrt_llm` python model, text in and text out, with its own tensor names (no ensemble). A
+# streamed text_output is the whole text so far (the LLM API's CompletionOutput.text), not the new piece.
+# It has no ignore_eos input and reports no token counts: generation may stop at EOS before max_tokens,
+# and the sweep counts tokens with the model's tokenizer (records keep the real count either way).
+LLMAPI_MODEL = "tensorrt_llm"
+LLMAPI_MARKER_INPUT = "sampling_param_max_tokens"
+
+
+def llmapi_request(model: str, text: str, max_tokens: int, request_id: str = ""):
+    """The gRPC ModelInferRequest for the llmapi model (max_batch_size 0: shapes carry no batch dimension)."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    encoded = text.encode("utf-8")
+    tensors = (
+        ("text_input", "BYTES", struct.pack("<I", len(encoded)) + encoded),
+        ("streaming", "BOOL", b"\x01"),
+        ("sampling_param_max_tokens", "INT32", struct.pack("<i", max_tokens)),
+        ("sampling_param_exclude_input_from_output", "BOOL", b"\x01"),
+    )
+    for name, datatype, raw in tensors:
+        request.inputs.add(name=name, datatype=datatype, shape=[1])
+        request.raw_input_contents.append(raw)
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return request
+
+
+def _last_cumulative(pieces: list[str]) -> str:
+    return next((piece for piece in reversed(pieces) if piece), "")
+
+
+class LlmapiGrpcClient(TritonGrpcClient):
+    """Triton gRPC streaming against TensorRT-LLM's llmapi model."""
+
+    def __init__(self, url: str, model: str | None = None):
+        super().__init__(url, model or LLMAPI_MODEL)
+
+    def build_request(self, text: str, max_tokens: int, request_id: str):
+        return llmapi_request(self.model, text, max_tokens, request_id)
+
+    join_pieces = staticmethod(_last_cumulative)
+
+
+class LlmapiHttpClient(TritonHttpClient):
+    """Triton's HTTP generate_stream against TensorRT-LLM's llmapi model."""
+
+    def __init__(self, url: str, model: str | None = None):
+        super().__init__(url, model or LLMAPI_MODEL)
+
+    def body(self, text: str, max_tokens: int) -> dict:
+        return {"text_input": text, "streaming": True, "sampling_param_max_tokens": max_tokens,
+                "sampling_param_exclude_input_from_output": True}
+
+    join_pieces = staticmethod(_last_cumulative)
+
+
+LLMAPI_CLIENTS = {"triton-grpc": LlmapiGrpcClient, "triton-http": LlmapiHttpClient}
+
+
+def serves_llmapi_model(endpoint: str, url: str, model: str | None) -> bool:
+    """Whether the Triton server at `url` serves the llmapi model under `model` (default: no `ensemble` but a
+    `tensorrt_llm` whose inputs are the llmapi model's). Asked once per sweep through the model metadata API."""
+    candidates = [model] if model else ["ensemble", LLMAPI_MODEL]
+    for name in candidates:
+        inputs = _model_inputs(endpoint, url, name)
+        if inputs is not None:
+            return LLMAPI_MARKER_INPUT in inputs
+    return False
+
+
+def _model_inputs(endpoint: str, url: str, model: str) -> set[str] | None:
+    try:
+        if endpoint == "triton-grpc":
+            import tritonclient.grpc as grpcclient
+
+            with grpcclient.InferenceServerClient(url) as client:
+                return {t.name for t in client.get_model_metadata(model).inputs}
+        import requests
+
+        answer = requests.get(f"{url.rstrip('/')}/v2/models/{model}", timeout=5)
+        return {t["name"] for t in answer.json().get("inputs", [])} if answer.status_code == 200 else None
+    except Exception:  # not there (or no server): the caller tries the next name, then the default client
+        return None

@@ -13,7 +13,11 @@ import json
 import time
 import uuid
 
-from toolkit.bench.clients import TritonStreams, describe_rpc_error, ensemble_request, read_stream_response
+from toolkit.bench.clients import (LLMAPI_MARKER_INPUT, TritonStreams, describe_rpc_error, ensemble_request,
+                                   llmapi_request, read_stream_response)
+
+# TensorRT-LLM's llmapi model names its sampling inputs with this prefix (sampling_param_temperature, ...).
+LLMAPI_SAMPLING_PREFIX = "sampling_param_"
 
 
 def chat_prompt(messages: list[dict], tokenizer) -> str:
@@ -44,6 +48,8 @@ class TritonBackend:
         self.streams = None  # made on first use, inside the server's event loop
         self.model = model
         self.inputs: set[str] | None = None
+        # The llmapi model (engine-free target): its own tensor names, whole text so far in each response.
+        self.llmapi = False
 
     async def input_names(self) -> set[str]:
         """The model's input tensors (asked once): which sampling fields it can take."""
@@ -52,7 +58,10 @@ class TritonBackend:
 
             self._open()
             metadata = await self.streams.stub.ModelMetadata(service_pb2.ModelMetadataRequest(name=self.model))
-            self.inputs = {tensor.name for tensor in metadata.inputs}
+            names = {tensor.name for tensor in metadata.inputs}
+            self.llmapi = LLMAPI_MARKER_INPUT in names
+            # In the ensemble's terms, so one request parser serves both models.
+            self.inputs = {n.removeprefix(LLMAPI_SAMPLING_PREFIX) for n in names} if self.llmapi else names
         return self.inputs
 
     def _open(self) -> None:
@@ -66,10 +75,14 @@ class TritonBackend:
         self._open()
         call = self.streams.acquire()
         finished = False
-        request = ensemble_request(self.model, text, max_tokens, ignore_eos)
+        if self.llmapi:  # no ignore_eos input: generation may end at EOS before max_tokens
+            request, prefix, shape = llmapi_request(self.model, text, max_tokens), LLMAPI_SAMPLING_PREFIX, [1]
+        else:
+            request, prefix, shape = ensemble_request(self.model, text, max_tokens, ignore_eos), "", [1, 1]
         for name, (tensor, datatype, value) in (sampling or {}).items():
-            request.inputs.add(name=tensor, datatype=datatype, shape=[1, 1])
+            request.inputs.add(name=prefix + tensor, datatype=datatype, shape=shape)
             request.raw_input_contents.append(_pack(datatype, value))
+        seen = ""  # llmapi: the text already passed on
         try:
             await call.write(request)
             while True:
@@ -79,6 +92,8 @@ class TritonBackend:
                 piece, count, final, error = read_stream_response(response)
                 if error is not None:
                     raise BackendError(error, refused=True)
+                if piece is not None and self.llmapi:
+                    piece, seen = (piece[len(seen):] if piece.startswith(seen) else piece), piece
                 if piece is not None:
                     yield piece, count if count is not None else 1
                 if final:

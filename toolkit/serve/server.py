@@ -225,7 +225,9 @@ def _start_openai_front(handle: ServerHandle, repo_dir: Path, log_path: Path, se
     import sys
 
     manifest = json.loads((repo_dir / "manifest.json").read_text())
-    model = "tensorrt_llm_bls" if (repo_dir / "tensorrt_llm_bls").is_dir() else "ensemble"
+    # The BLS where there is one; else what the repository's manifest names (ensemble, or the llmapi model).
+    fallback = manifest["outputs"].get("client_model", "ensemble")
+    model = "tensorrt_llm_bls" if (repo_dir / "tensorrt_llm_bls").is_dir() else fallback
     cmd = [sys.executable, "-m", "toolkit.serve.openai_front", "--grpc-url", handle.grpc_url,
            "--tokenizer", manifest["outputs"]["tokenizer_dir"], "--host", handle.host,
            "--port", str(handle.openai_port), "--model", model, "--served-name", served_name,
