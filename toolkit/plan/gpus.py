@@ -8,9 +8,6 @@ from __future__ import annotations
 from toolkit.errors import ToolkitError
 from toolkit.plan.hardware import HardwareSpec
 
-GpuSpec = HardwareSpec  # the catalog's entries are GPUs; the name stays for readers of plan.json
-
-
 def _gpu(name, memory_gb, bandwidth_tbs, fp32, bf16, fp8, int8, interconnect_gbs, source, fp4=None) -> HardwareSpec:
     peaks = {"fp32": fp32, "bf16": bf16, "fp8": fp8, "int8": int8, "fp4": fp4}
     return HardwareSpec(name, memory_gb, bandwidth_tbs, {k: v for k, v in peaks.items() if v}, interconnect_gbs, source)

@@ -35,10 +35,6 @@ class HardwareSpec:
     def bandwidth_bytes(self) -> float:
         return self.bandwidth_tbs * 1e12
 
-    @property
-    def bf16_tflops(self) -> float:
-        return self.peak_tflops["bf16"]
-
     def compute_type(self, weights: str) -> str:
         """The peak a weight format's matmuls use here, or one line saying why it cannot run here."""
         fmt, dtype = weight_format(weights)
