@@ -84,4 +84,4 @@ def test_auto_target_is_picked_from_what_is_installed(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda cmd: None)
     assert detect_target() == "llmapi"
     monkeypatch.setattr(shutil, "which", lambda cmd: "/usr/local/bin/trtllm-build")
-    assert detect_target() == "trtllm"
+    assert detect_target() == "llmapi"  # engines only when asked for (engine.target: trtllm)

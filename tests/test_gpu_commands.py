@@ -78,3 +78,39 @@ def test_multi_gpu_server_launches_one_mpi_rank_per_gpu():
         if rank:
             assert "--model-control-mode=explicit" in text and "--load-model=tensorrt_llm" in text
             assert "--allow-http=false" in text
+
+
+def test_nvfp4_engine_uses_the_nvfp4_gemm_plugin_and_fp8_context_attention():
+    f = flags(build_cmd(quantize={"qformat": "nvfp4", "kv_cache_dtype": "fp8", "export": "trtllm"},
+                        engine={"target": "trtllm"}))
+    assert f["--gemm_plugin"] == "nvfp4" and f["--use_fp8_context_fmha"] == "enable"
+
+
+def run_cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_build_dry_run_prints_the_command_before_the_checkpoint_exists(tmp_path):
+    result = run_cli("build", "-c", "configs/gpu-llama3-8b-fp8-tp2.yaml", "--dry-run",
+                     "--set", f"paths.build_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("trtllm-build --checkpoint_dir") and "--reduce_fusion enable" in result.stdout
+    assert "is not there yet" in result.stderr and "toolkit quantize" in result.stderr
+    result = run_cli("build", "-c", "configs/gpu-llama3-8b-fp8-llmapi-tp2.yaml", "--dry-run",
+                     "--set", f"paths.build_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert "tensor_parallel_size: 2" in result.stdout and "capacity_scheduler_policy: GUARANTEED_NO_EVICT" in result.stdout
+
+
+def test_parallel_quantize_on_a_cpu_config_says_what_to_change():
+    result = run_cli("quantize", "-c", "configs/cpu-tiny.yaml", "--export", "trtllm", "--tp", "2")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "GPU target" in result.stderr and "configs/gpu-*.yaml" in result.stderr
+
+
+def test_the_default_gpu_config_is_the_llmapi_route():
+    config = load_config("configs/gpu-llama3-8b-fp8-llmapi-tp2.yaml")
+    assert config.engine.target == "llmapi" and config.quantize.export == "hf" and config.parallel.tp == 2

@@ -86,7 +86,8 @@ def quantize_cmd(config_path, sets, qformat, kv_cache_dtype, export_format, tp, 
 @cli.command("build")
 @config_options
 @click.option("--target", type=click.Choice(["cpu", "trtllm", "llmapi"]), default=None)
-@click.option("--dry-run", is_flag=True, help="trtllm: print the trtllm-build command instead of running it.")
+@click.option("--dry-run", is_flag=True, help="Print what would run (trtllm: the trtllm-build command; llmapi: the "
+                                            "LLM-API options) without building; no checkpoint needed yet.")
 def build_cmd(config_path, sets, target, dry_run):
     """Build the engine: cpu (checkpoint + engine config), trtllm (trtllm-build), llmapi (LLM API config)."""
     from toolkit import pipeline
@@ -95,6 +96,8 @@ def build_cmd(config_path, sets, target, dry_run):
     outputs = pipeline.build(config, layout, dry_run=dry_run)
     if "command" in outputs:
         click.echo(outputs["command"])
+    if "note" in outputs:
+        click.echo(f"note: {outputs['note']}", err=True)
     if not dry_run:
         click.echo(f"engine: {layout.engine_dir}")
 

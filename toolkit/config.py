@@ -23,15 +23,14 @@ Target = Literal["auto", "cpu", "trtllm", "llmapi"]
 
 
 def detect_target() -> str:
-    """What is installed decides `engine.target: auto`: TensorRT-LLM with its engine builder → trtllm;
-    TensorRT-LLM without it (the engine-free releases) → llmapi; no TensorRT-LLM → the CPU engine.
-    Only looks for the package and the command; imports nothing."""
+    """What is installed decides `engine.target: auto`: TensorRT-LLM → llmapi (its PyTorch backend, the route
+    NVIDIA's guide leads with; TensorRT engines only when asked for with engine.target: trtllm); no
+    TensorRT-LLM → the CPU engine. Only looks for the package; imports nothing."""
     import importlib.util
-    import shutil
 
     if importlib.util.find_spec("tensorrt_llm") is None:
         return "cpu"
-    return "trtllm" if shutil.which("trtllm-build") else "llmapi"
+    return "llmapi"
 
 
 class _Section(BaseModel):
@@ -302,7 +301,9 @@ class DeploymentConfig(_Section):
     @model_validator(mode="after")
     def _cpu_is_single_process(self) -> "DeploymentConfig":
         if self.engine.target == "cpu" and self.parallel.world_size != 1:
-            raise ValueError("the cpu target runs one process: set parallel.tp and parallel.pp to 1")
+            raise ValueError(f"the cpu target runs one process, not tp × pp = {self.parallel.world_size}: for tensor or "
+                             "pipeline parallelism use a GPU target (--set engine.target=llmapi or trtllm) or a "
+                             "GPU config (configs/gpu-*.yaml); on CPU set parallel.tp and parallel.pp to 1")
         for isl, osl in self.sweep.shapes:
             if isl + osl > self.engine.max_seq_len:
                 raise ValueError(f"sweep asks for {isl} input + {osl} output tokens, "

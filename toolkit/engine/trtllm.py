@@ -17,12 +17,9 @@ from pathlib import Path
 from toolkit.engine.engine_config import EngineConfig
 from toolkit.config import EngineSection
 from toolkit.errors import ToolkitError, missing_dependency
-
-FP8_FORMATS = {"fp8"}
-
+from toolkit.quantize.formats import trtllm_build_flags
 
 def trtllm_build_command(checkpoint_dir: Path, engine_dir: Path, engine: EngineSection, limits: EngineConfig) -> list[str]:
-    fp8 = limits.qformat in FP8_FORMATS
     cmd = [
         "trtllm-build",
         "--checkpoint_dir", str(checkpoint_dir),
@@ -37,12 +34,11 @@ def trtllm_build_command(checkpoint_dir: Path, engine_dir: Path, engine: EngineS
         "--max_seq_len", str(limits.max_seq_len),
         "--max_num_tokens", str(limits.max_num_tokens),
         "--multiple_profiles", "enable",
-        # The gemm plugin helps fp16/bf16 GEMMs; for FP8 TensorRT's own FP8 kernels are faster.
-        "--gemm_plugin", "disable" if fp8 else "auto",
         "--workers", str(min(engine.workers, limits.tp * limits.pp)),
     ]
-    if fp8 or limits.kv_cache_dtype == "fp8":
-        cmd += ["--use_fp8_context_fmha", "enable"]
+    # From the format table: the GEMM plugin (auto for bf16/fp16/int4, disable for FP8 where TensorRT's own
+    # FP8 kernels are faster, nvfp4 for NVFP4 on Blackwell) and FP8 context attention beside FP8/FP4 GEMMs or KV.
+    cmd += trtllm_build_flags(limits.qformat, limits.kv_cache_dtype)
     if limits.tp > 1:
         # Fuses the all-reduce with the following residual add + RMSNorm. (The custom all-reduce
         # kernel that used to be `--use_custom_all_reduce` is on by default in TensorRT-LLM ≥ 0.12.)
