@@ -63,7 +63,8 @@ QFORMATS: dict[str, QuantFormat] = {f.name: f for f in [
                 "bf16", "bf16 weights on the bf16 GEMM"),
     QuantFormat("fp8", "fp8", None, None, "fp8", "fp8 tensor cores (Ada, Hopper, Blackwell)",
                 "FP8_DEFAULT_CFG", False, "FP8", "disable",
-                "int8", "fp8 values held as 8-bit weights on the int8 weight-only kernel (this CPU has no fp8 GEMM)"),
+                "int8", "planned as 8-bit weights on the int8 weight-only kernel: torch 2.13's CPU fp8 paths "
+                "(_scaled_mm, fp8 → bf16 casts) ran at ~0.05 GB/s here (2026-11-23), far below memory speed"),
     QuantFormat("int8_sq", "int8", None, None, "int8", "int8 tensor cores (Ampere and later)",
                 "INT8_SMOOTHQUANT_CFG", False, "W8A8_SQ_PER_CHANNEL", "auto",
                 "int8", "int8 weights on the int8 weight-only kernel"),
