@@ -114,3 +114,20 @@ def test_parallel_quantize_on_a_cpu_config_says_what_to_change():
 def test_the_default_gpu_config_is_the_llmapi_route():
     config = load_config("configs/gpu-llama3-8b-fp8-llmapi-tp2.yaml")
     assert config.engine.target == "llmapi" and config.quantize.export == "hf" and config.parallel.tp == 2
+
+
+def test_image_and_templates_are_the_versions_the_repository_was_checked_against():
+    """docker/Dockerfile, the template check and docs name one TensorRT-LLM / Triton pair (toolkit/repo/upstream.py)."""
+    import re
+
+    from toolkit.repo.upstream import CHECKED_TEMPLATE_VERSIONS, TRITON_IMAGE_TAG, TRTLLM_VERSION
+
+    dockerfile = Path("docker/Dockerfile").read_text()
+    assert re.search(rf"^ARG TRITON_TAG={re.escape(TRITON_IMAGE_TAG)}$", dockerfile, re.M)
+    assert re.search(rf"^ARG TRTLLM_TAG=v{re.escape(TRTLLM_VERSION)}$", dockerfile, re.M)
+    assert f"TRTLLM_TEMPLATES_VERSION={TRTLLM_VERSION}" in dockerfile and TRTLLM_VERSION in CHECKED_TEMPLATE_VERSIONS
+    # The image's own ModelOpt / transformers / torch (what its TensorRT-LLM pins) are not replaced.
+    installs = " ".join(line for line in dockerfile.splitlines() if "pip install" in line or line.startswith("        "))
+    assert not re.search(r"nvidia-modelopt|transformers|torch", installs)
+    docs = Path("docs/gpu-artifacts.md").read_text()
+    assert TRITON_IMAGE_TAG in docs and f"TensorRT-LLM {TRTLLM_VERSION}" in docs
