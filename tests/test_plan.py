@@ -137,6 +137,11 @@ def test_a_gpu_config_keeps_its_own_values():
         ("fp8", "fp8", 2, 8192, 256, 1024, 256)
 
 
+def test_the_cpu_engine_has_no_tensor_parallelism():
+    with pytest.raises(ToolkitError, match="the CPU engine runs one process"):
+        deployment_for_config(CPU_CONFIG, SMALL, "cpu", tp=2)
+
+
 def test_70b_prefill_of_1000_tokens_at_989_tflops():
     spec = known_model_spec("llama-2-70b")
     d = Deployment(isl=1000, osl=1)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from toolkit.config import DeploymentConfig
+from toolkit.errors import ToolkitError
 from toolkit.model.spec import ModelSpec
 from toolkit.plan.gpus import catalog_gpu, hardware_spec, is_cpu
 from toolkit.plan.hardware import HardwareSpec
@@ -56,7 +57,11 @@ def deployment_for_config(config: DeploymentConfig, spec: ModelSpec | None, devi
         if "tp" not in flags and spec is not None:
             d = Deployment(**{**common, **values, **flags})
             values["tp"] = smallest_tp_that_fits(spec, catalog_gpu(device), d) or 1
-    return Deployment(**{**common, **values, **flags})
+    deployment = Deployment(**{**common, **values, **flags})
+    if cpu and deployment.tp * deployment.pp > 1:
+        raise ToolkitError(f"the CPU engine runs one process: it has no TP {deployment.tp} × PP {deployment.pp}",
+                           "drop --tp/--pp, or plan on a GPU (--gpu h100-sxm)")
+    return deployment
 
 
 def make_plan(spec: ModelSpec, hw: HardwareSpec, d: Deployment) -> dict:
