@@ -131,3 +131,18 @@ def test_image_and_templates_are_the_versions_the_repository_was_checked_against
     assert not re.search(r"nvidia-modelopt|transformers|torch", installs)
     docs = Path("docs/gpu-artifacts.md").read_text()
     assert TRITON_IMAGE_TAG in docs and f"TensorRT-LLM {TRTLLM_VERSION}" in docs
+
+
+def test_serving_a_repository_written_for_another_target_is_refused(tmp_path):
+    import json
+
+    import pytest
+
+    from toolkit.errors import ToolkitError
+    from toolkit.serve.server import check_repository_target
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"inputs": {"target": "trtllm"}}))
+    with pytest.raises(ToolkitError, match="written for engine.target trtllm but the config says llmapi") as err:
+        check_repository_target(tmp_path, "llmapi")
+    assert "toolkit repo" in err.value.fix
+    check_repository_target(tmp_path, "trtllm")

@@ -19,6 +19,8 @@ from toolkit.bench.sweep import Target, run_sweep
 from toolkit.config import validate_config
 from toolkit.model.tokenizer import load_tokenizer
 from toolkit.repo.writer import write_repository
+from toolkit.serve import server
+from toolkit.serve.install import cpu_triton
 from toolkit.serve.server import running_server
 
 pytestmark = pytest.mark.e2e
@@ -33,12 +35,16 @@ def llmapi_server(tmp_path_factory, tiny_model_dir):
         mp.setenv("TRTLLM_TEMPLATES_VERSION", "1.1.0")
         _, engine_dir = llmapi_engine(tmp, tiny_model_dir)
         repo = write_repository(validate_config({"name": "t", "engine": {"target": "llmapi"}}), engine_dir, tmp / "repo")
-    # Served by the CPU build of Triton (pytriton's); the repository is the GPU target's, unchanged.
-    config = validate_config({"name": "llmapi", "server": {"openai": True}, "model": {"name": "tiny"},
+    config = validate_config({"name": "llmapi", "engine": {"target": "llmapi"}, "server": {"openai": True},
+                              "model": {"name": "tiny"},
                               "sweep": {"concurrencies": [2], "requests_per_step": 4, "warmup_requests": 0,
                                         "input_tokens_mean": 8, "output_tokens": 6}})
-    with running_server(config, repo, tmp, tmp / "server.json") as handle:
-        yield config, handle, tmp
+    with pytest.MonkeyPatch.context() as mp:
+        # The GPU target's launch (one process at TP 1) with the CPU build of tritonserver (pytriton's) in place
+        # of the image's, which has no python backend here.
+        mp.setattr(server, "gpu_triton", lambda explicit: cpu_triton(tmp))
+        with running_server(config, repo, tmp, tmp / "server.json") as handle:
+            yield config, handle, tmp
 
 
 @pytest.mark.parametrize("endpoint", ["triton-grpc", "triton-http"])

@@ -165,6 +165,7 @@ def start_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state
     if not any(repo_dir.glob("*/config.pbtxt")):
         raise ToolkitError(f"{repo_dir} is not a model repository (no */config.pbtxt)", "run `toolkit repo` first")
     check_repository_or_raise(repo_dir)
+    check_repository_target(repo_dir, config.engine.target)
     if state_file.is_file():
         old = ServerHandle.load(state_file)
         if old.is_alive():
@@ -195,6 +196,19 @@ def start_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state
     handle.save(state_file)
     (log_file.parent / f"{config.name}.cmd").write_text(shlex.join(cmd) + "\n")
     return handle
+
+
+def check_repository_target(repo_dir: Path, target: str) -> None:
+    """The repository must be the one written for the config's target: the launch (MPI, llmapi launcher, which
+    tritonserver) follows the config, the models follow the repository."""
+    manifest = repo_dir / "manifest.json"
+    if not manifest.is_file():
+        return  # a hand-made repository: nothing recorded to compare
+    written_for = json.loads(manifest.read_text()).get("inputs", {}).get("target")
+    if written_for and written_for != target:
+        raise ToolkitError(f"{repo_dir} was written for engine.target {written_for} but the config says {target}",
+                           "run `toolkit build` and `toolkit repo` with this config, or serve with the config that "
+                           "wrote the repository")
 
 
 def _wait_ready(proc: subprocess.Popen, handle: ServerHandle, timeout_s: float, log_file: Path) -> None:
