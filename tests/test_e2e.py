@@ -212,6 +212,8 @@ def test_rate_mode_sweep_with_slo_and_server_summary(served):
     assert server["tensorrt_llm"]["requests"] >= 1 and "queue_ms_per_request" in server["ensemble"]
     assert server["kv_cache"]["source"] == "cpu_engine" and server["kv_cache"]["blocks_max"] == 32
     assert (run_dir / "exports" / "rate_20" / "profile_export_genai_perf.json").is_file()
+    plan = json.loads((run_dir / "plan.json").read_text())  # reports read it rather than re-plan
+    assert plan["deployment"]["batch"] == config.engine.max_batch_size and plan["model"]["name"]
     aiperf = run_dir / "exports" / "tiny-triton-grpc-concurrency3-request_rate20.0"  # AIPerf's folder naming
     assert (aiperf / "profile_export.jsonl").is_file() and (aiperf / "profile_export_aiperf.json").is_file()
 

@@ -117,10 +117,24 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
         run_sweep(config.sweep, target, tokenizer, run_dir, info, progress=progress)
     except (ToolkitError, KeyboardInterrupt):
         # A dying server or Ctrl-C still leaves a (partial) report of what was measured.
+        write_run_plan(config, layout, run_dir)
         report(run_dir)
         progress(f"partial report: {run_dir / 'report.md'}")
         raise
+    write_run_plan(config, layout, run_dir)
     return run_dir
+
+
+def write_run_plan(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path) -> None:
+    """The plan the run's measurements are held against (model × plan.gpu × the config's deployment),
+    as plan.json + roofline.png in the run folder: reports read it and never re-plan. Written after the
+    load, so that a CPU probe never runs beside a measurement."""
+    from toolkit.plan.stage import plan_for_config, write_plan
+
+    try:
+        write_plan(plan_for_config(config, model_spec_for(config, layout)), run_dir)
+    except ToolkitError:
+        pass  # no model to plan (e.g. --url at a server whose model is not here): reports go without it
 
 
 def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:

@@ -56,6 +56,11 @@ class RunDir:
                     self._by_step.setdefault(record.step, []).append(record)
         return self._by_step
 
+    def plan(self) -> dict | None:
+        """The plan the sweep wrote beside its measurements (plan.json), if it could make one."""
+        path = self.path / "plan.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
     def server_metrics(self) -> list[dict]:
         if self._server_metrics is None:
             self._server_metrics = read_jsonl(self.path / "server_metrics.jsonl")

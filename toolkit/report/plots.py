@@ -345,18 +345,15 @@ def roofline_with_measurements(run: RunDir) -> bytes | None:
     """The run's plan (model × plan GPU) with each step's achieved prefill (▲) and decode (▼) points,
     coloured by load."""
     from toolkit.model.spec import ModelSpec
-    from toolkit.plan.gpus import gpu_spec
     from toolkit.plan.memory import Deployment
     from toolkit.plan.plot import plot_roofline
     from toolkit.plan.roofline import phase_intensity
-    from toolkit.plan.stage import make_plan
 
-    info = run.summary.get("run", {})
-    if "model_spec" not in info or "plan_deployment" not in info:
+    plan = run.plan()  # written by the sweep: a report never re-plans (nor re-probes the CPU)
+    if plan is None:
         return None
-    spec = ModelSpec(**{k: v for k, v in info["model_spec"].items() if k != "total_params"})
-    d = Deployment(**info["plan_deployment"])
-    plan = make_plan(spec, gpu_spec(info.get("plan", {}).get("gpu", "cpu")), d)
+    spec = ModelSpec(**{k: v for k, v in plan["model"].items() if k != "total_params"})
+    d = Deployment(**plan["deployment"])
     steps = [s for s in run.steps if "time_to_first_token" in s["metrics"] and "inter_token_latency" in s["metrics"]]
     colors = dict(zip([s["step"] for s in sorted(steps, key=_in_flight)], _load_colors(len(steps))))
     points = []
