@@ -328,6 +328,9 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     assert cpu_probe.cpu_probe() == first  # read back, not measured again
     again = cpu_probe.cpu_probe(refresh=True)
     assert again["measured"] >= first["measured"] and json.loads((tmp_path / "cpu_probe.json").read_text()) == again
+    moved = {**again, "cpus": (again["cpus"] or 1) + 1}  # the same cache read on a machine with more cores
+    (tmp_path / "cpu_probe.json").write_text(json.dumps(moved))
+    assert cpu_probe.cpu_probe()["cpus"] == again["cpus"]  # measured again
     spec = spec_from_probe(again)
     assert spec.kind == "cpu" and spec.peak_tflops["int4"] == again["flops"]["int4"] / 1e12
     assert again["measured"] in spec.source and "spread" in spec.source

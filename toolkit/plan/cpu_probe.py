@@ -103,7 +103,7 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": _cpu_name(),
+        "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": _cpu_name(), "cpus": os.cpu_count(),
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -118,14 +118,21 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _still_this_machine(cached: dict) -> bool:
+    """A cache measured by another probe version, CPU model or core count (a home directory shared
+    across machines, a resized VM) is measured again."""
+    return (cached.get("version") == VERSION and cached.get("cpu") == _cpu_name()
+            and cached.get("cpus") == os.cpu_count())
+
+
 def cpu_probe(refresh: bool = False) -> dict:
-    """The cached probe, measured now if absent, outdated, or asked for (`refresh`)."""
+    """The cached probe, measured now if absent, outdated, from another machine, or asked for (`refresh`)."""
     if CACHE.is_file() and not refresh:
         try:
             cached = json.loads(CACHE.read_text())
         except json.JSONDecodeError:
             cached = {}
-        if cached.get("version") == VERSION:
+        if _still_this_machine(cached):
             return cached
     result = measure_cpu()
     CACHE.parent.mkdir(parents=True, exist_ok=True)
