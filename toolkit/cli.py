@@ -358,6 +358,32 @@ def ab_cmd(config_path, sets, variants, repeat, out_root):
     click.echo(f"ab: {out_dir}")
 
 
+@cli.command("scenario")
+@click.argument("name", required=False)
+@config_options
+@click.option("--repeat", type=int, default=2, show_default=True, help="Interleaved repetitions per variant.")
+@click.option("--out", "out_root", type=click.Path(path_type=Path), default=Path("perf/scenarios"), show_default=True)
+@click.option("--list", "list_them", is_flag=True, help="List the scenarios and exit.")
+def scenario_cmd(name, config_path, sets, repeat, out_root, list_them):
+    """A production failure on this deployment, baseline vs fix by A/B: sluggish-start, chatty-slowdown,
+    stuttering-stream, oom, shared-prefix, speculative."""
+    from toolkit.scenarios.catalog import SCENARIOS
+    from toolkit.scenarios.run import run_scenario
+
+    if list_them or not name:
+        for sc in SCENARIOS.values():
+            click.echo(f"{sc.name:<18} {sc.failure}; fix: {sc.fix_label}")
+        if not list_them:
+            raise ToolkitError("name a scenario", "e.g. toolkit scenario stuttering-stream -c configs/cpu-tiny.yaml")
+        return
+    if repeat < 1:
+        raise ToolkitError(f"--repeat must be at least 1 (got {repeat})", "use --repeat 2 or more")
+    config, _ = _load(config_path, sets)
+    out_dir = run_scenario(name, config, repeat, out_root, progress=click.echo)
+    click.echo((out_dir / "scenario.md").read_text())
+    click.echo(f"scenario: {out_dir}")
+
+
 @cli.command("plan")
 @config_options
 @click.option("--model", "-m", default=None, help="Known model name (e.g. llama-2-70b) or a checkpoint directory.")

@@ -235,8 +235,14 @@ CHECKS = [check_decode_dominates, check_queueing, check_kv_cache, check_ttft_gro
           check_itl_grows_with_load, check_itl_grows_with_context, check_memory_flat]
 
 
+def all_checks() -> list:
+    from toolkit.report.doctor_workloads import WORKLOAD_CHECKS  # they build on Finding: imported late
+
+    return CHECKS + WORKLOAD_CHECKS
+
+
 def diagnose(run: RunDir) -> list[Finding]:
-    return [finding for check in CHECKS for finding in check(run)]
+    return [finding for check in all_checks() for finding in check(run)]
 
 
 def write_doctor(run: RunDir, findings: list[Finding], path: Path | None = None) -> Path:
@@ -245,6 +251,6 @@ def write_doctor(run: RunDir, findings: list[Finding], path: Path | None = None)
     if run.summary.get("aborted"):
         lines += [f"> Partial run: {run.summary['aborted']}", ""]
     lines += [f.markdown() for f in findings] or ["No findings: nothing in this run matches the checklist."]
-    lines += ["", "Checks: " + ", ".join(c.__name__.removeprefix("check_") for c in CHECKS)]
+    lines += ["", "Checks: " + ", ".join(c.__name__.removeprefix("check_") for c in all_checks())]
     path.write_text("\n".join(lines) + "\n")
     return path

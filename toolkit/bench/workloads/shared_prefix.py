@@ -34,16 +34,24 @@ class SharedPrefixWorkload(Workload):
     def __init__(self, settings, factory):
         super().__init__(settings, factory)
         w = settings.workload
-        check_fits(settings, w.prefix_tokens + w.suffix_tokens, settings.output_tokens, "the shared-prefix workload")
+        if not settings.lengths:
+            check_fits(settings, w.prefix_tokens + w.suffix_tokens, settings.output_tokens, "the shared-prefix workload")
 
     def steps(self) -> list[StepSpec]:
+        """One step per load level; with sweep.lengths, per length too: the prompt is `isl` tokens, the
+        shared part all but the user's `suffix_tokens` (a long document everyone asks about)."""
         w, s = self.settings.workload, self.settings
-        return [StepSpec(load_label(s, level), level, w.prefix_tokens + w.suffix_tokens, s.output_tokens)
-                for level in s.load_levels]
+        if not s.lengths:
+            return [StepSpec(load_label(s, level), level, w.prefix_tokens + w.suffix_tokens, s.output_tokens)
+                    for level in s.load_levels]
+        return [StepSpec(f"{load_label(s, level)}_isl{isl}_osl{osl}", level, isl, osl)
+                for isl, osl in s.lengths for level in s.load_levels]
 
     async def run(self, step: StepSpec, shape: LoadShape, send) -> None:
         w = self.settings.workload
         count = shape.max_requests or max(64, 4 * int(shape.level))
-        pool = shared_prefix_prompts(self.factory, count, w.prefixes, w.prefix_tokens, w.users_per_prefix,
-                                     w.suffix_tokens, step.output_tokens, self.settings.seed + shape.seed)
+        suffix = min(w.suffix_tokens, step.input_tokens - 1)
+        prefix = step.input_tokens - suffix if self.settings.lengths else w.prefix_tokens
+        pool = shared_prefix_prompts(self.factory, count, w.prefixes, prefix, w.users_per_prefix,
+                                     suffix, step.output_tokens, self.settings.seed + shape.seed)
         await drive_pool(pool, shape, send)
