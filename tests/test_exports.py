@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from toolkit.bench.exports import AIPERF_STAT_KEYS, aiperf_folder, write_exports
+from toolkit.bench.exports import AIPERF_STAT_KEYS, InputsLog, aiperf_folder, write_exports
 from toolkit.bench.metrics import METRICS, RECORD_METRICS, calculate_metrics, phase_split
 from toolkit.bench.records import RecordWriter, RequestRecord
 
@@ -162,3 +162,25 @@ def test_aiperf_reads_our_export_with_its_own_loader(tmp_path):
     assert seen == {"records": 4, "phases": ["profiling", "warmup"], "ttft_p50": pytest.approx(200),
                     "loader_model": "tiny", "loader_concurrency": 2,
                     "loader_requests": 3}  # the loader counts every profiling record, the failed one too
+
+
+def test_inputs_log_keeps_each_payload_as_the_client_sends_it(tmp_path):
+    import asyncio
+
+    from toolkit.bench.clients import OpenAIChatClient, TritonGrpcClient
+
+    async def log():
+        chat, grpc = OpenAIChatClient("http://127.0.0.1:9/v1", "tiny"), TritonGrpcClient("127.0.0.1:9")
+        inputs = InputsLog(tmp_path)
+        inputs.write(RequestRecord(0, "concurrency_1", 0.0, 3, 4), chat, "hello")
+        inputs.write(RequestRecord(1, "concurrency_1", 0.0, 3, 4, session="s7"), grpc, "hello")
+        inputs.close()
+        await chat.close()
+        await grpc.close()
+        return chat.body("hello", 4)
+
+    chat_body = asyncio.run(log())
+    rows = [json.loads(line) for line in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    assert rows[0] == {"step": "concurrency_1", "request_index": 0, "session": None, "payload": chat_body}
+    assert rows[1]["payload"] == {"text_input": "hello", "max_tokens": 4, "stream": True, "ignore_eos": True}
+    assert rows[1]["session"] == "s7"

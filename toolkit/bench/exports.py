@@ -290,6 +290,25 @@ def write_aiperf_step(out_dir: Path, step: dict, run: dict, records: list[Reques
     return written
 
 
+class InputsLog:
+    """The payload of every request as the sweep sent it, one JSON line each (run_dir/inputs.jsonl),
+    from which each step's inputs.json is made. Written after the request ends, with its record."""
+
+    def __init__(self, run_dir: Path):
+        self._file = (Path(run_dir) / INPUTS_LOG).open("a")
+
+    def write(self, record: RequestRecord, client, text: str) -> None:
+        body = getattr(client, "body", None)  # the HTTP clients' own request body
+        # The gRPC client sends the ensemble's tensors; written as the same fields over HTTP would be.
+        payload = body(text, record.requested_output_tokens) if body else {
+            "text_input": text, "max_tokens": record.requested_output_tokens, "stream": True, "ignore_eos": True}
+        self._file.write(json.dumps({"step": record.step, "request_index": record.request_index,
+                                     "session": record.session, "payload": payload}) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
 # ---------------------------------------------------------------- entry point
 
 
@@ -320,6 +339,7 @@ def write_exports(run_dir: Path) -> list[Path]:
         # The sweep's opening warm-up belongs to the first step's folder, as AIPerf's warm-up phase
         # precedes its profiling phase in one artifact folder.
         step_records = (by_step.get("warmup", []) if i == 0 else []) + by_step.get(step["step"], [])
+        step_inputs = (inputs_by_step.get("warmup", []) if i == 0 else []) + inputs_by_step.get(step["step"], [])
         written += write_aiperf_step(out_dir, step, run, step_records, offset, bool(summary.get("complete")),
-                                     inputs_by_step.get(step["step"], []))
+                                     step_inputs)
     return written

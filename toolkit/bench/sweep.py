@@ -17,6 +17,7 @@ from pathlib import Path
 import requests
 
 from toolkit.bench.clients import classify_error, make_client
+from toolkit.bench.exports import InputsLog
 from toolkit.bench.load import LoadShape
 from toolkit.bench.metrics import Slo, calculate_metrics, phase_split
 from toolkit.bench.prompts import Prompt, PromptFactory
@@ -117,6 +118,7 @@ async def run_step(client, workload: Workload, step: StepSpec, settings: SweepSe
     The first `warmup_count` (or all, with `warmup`) are marked warm-up: sent and recorded, not measured."""
     records: list[RequestRecord] = []
     progress = _Progress(step.name, shape.max_requests)
+    inputs = InputsLog(writer.path.parent)
     index = first_index
 
     async def send(prompt: Prompt) -> RequestRecord:
@@ -142,6 +144,7 @@ async def run_step(client, workload: Workload, step: StepSpec, settings: SweepSe
         elif record.output_text:
             record.output_tokens = len(tokenizer(record.output_text, add_special_tokens=False).input_ids)
         writer.write(record)
+        inputs.write(record, client, prompt.text)  # for AIPerf's inputs.json (exports.py)
         records.append(record)
         progress.update(record)
         return record  # a connection failure stops the step (workloads.base.server_gone)
@@ -150,6 +153,7 @@ async def run_step(client, workload: Workload, step: StepSpec, settings: SweepSe
         await workload.run(step, shape, send)
     finally:
         progress.close()
+        inputs.close()
     return records
 
 
