@@ -52,7 +52,7 @@ def test_written_cpu_repository_has_inflight_batcher_layout(cpu_repo):
     names = {t.get("name").value for t in engine.all("input")}
     assert {"input_ids", "input_lengths", "request_output_len", "streaming", "end_id"} <= names
     assert (repo / "tensorrt_llm" / "1" / "model.py").is_file()
-    assert (repo / "tensorrt_llm" / "1" / "quantized_checkpoint.py").is_file()
+    assert {"temperature", "runtime_top_k", "runtime_top_p", "seed", "beam_width"} <= names
     assert str(engine_dir.resolve()) in (repo / "tensorrt_llm" / "config.pbtxt").read_text()
     assert errors(check_repository(repo)) == []
 
@@ -227,6 +227,8 @@ def test_llmapi_build_refuses_an_unknown_option_before_writing(tmp_path, tiny_mo
 
     with pytest.raises(ToolkitError, match="kv_cache_config.free_gpu_mem_fraction"):
         validate_llmapi_options({"model": "/m", "kv_cache_config": {"free_gpu_mem_fraction": 0.9}})
+    with pytest.raises(ToolkitError, match="free_gpu_memory_fraction = 1.2 must be ≤ 1"):
+        validate_llmapi_options({"model": "/m", "kv_cache_config": {"free_gpu_memory_fraction": 1.2}})
     from toolkit.engine.llmapi import llmapi_options
 
     cfg = validate_config({"name": "t", "engine": {"target": "llmapi"}, "quantize": {"kv_cache_dtype": "int8"}})

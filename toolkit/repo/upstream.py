@@ -176,35 +176,52 @@ EXTENSIONS: dict[tuple[str, str, str], str] = {
     ("tensorrt_llm_bls", "output", "output_token_count"): _COUNT,
 }
 
-# The llmapi model's model.yaml: `triton_config` keys its model.py reads, and LLM(...) arguments
-# (TorchLlmArgs of TensorRT-LLM 1.1, tensorrt_llm/llmapi/llm_args.py) with the nested configs we write.
+# The llmapi model's model.yaml: `triton_config` keys its model.py reads, and LLM(...) arguments — the fields
+# of BaseLlmArgs + TorchLlmArgs (StrictBaseModel, extra="forbid": an unknown key stops LLM(...)) and of the
+# nested configs we write, as tensorrt_llm/llmapi/llm_args.py of the 1.1 line declares them (read 2026-11-23
+# from a stored version whose TorchLlmArgs ends with ray_worker_extension_cls and whose KvCacheConfig has
+# tokens_per_block). `mpi_session` is left out: model.py sets it itself.
 LLMAPI_TRITON_CONFIG_KEYS = ("max_batch_size", "decoupled", "cancellation_check_period_ms")
 LLMAPI_ARGS = frozenset("""
 model tokenizer tokenizer_mode skip_tokenizer_init trust_remote_code tensor_parallel_size dtype revision
 tokenizer_revision pipeline_parallel_size context_parallel_size gpus_per_node moe_cluster_parallel_size
-moe_tensor_parallel_size moe_expert_parallel_size enable_attention_dp cp_config load_format enable_lora
-lora_config kv_cache_config enable_chunked_prefill guided_decoding_backend batched_logits_processor
-iter_stats_max_iterations request_stats_max_iterations peft_cache_config scheduler_config
-cache_transceiver_config speculative_config max_batch_size max_input_len max_seq_len max_beam_width
+moe_tensor_parallel_size moe_expert_parallel_size enable_attention_dp enable_lm_head_tp_in_adp cp_config
+load_format fail_fast_on_attention_window_too_large enable_lora lora_config kv_cache_config
+enable_chunked_prefill guided_decoding_backend batched_logits_processor iter_stats_max_iterations
+request_stats_max_iterations peft_cache_config scheduler_config cache_transceiver_config
+sparse_attention_config speculative_config max_batch_size max_input_len max_seq_len max_beam_width
 max_num_tokens gather_generation_logits num_postprocess_workers postprocess_tokenizer_dir reasoning_parser
-decoding_config backend return_perf_metrics garbage_collection_gen0_threshold cuda_graph_config
-attention_dp_config disable_overlap_scheduler moe_config attn_backend sampler_type enable_iter_perf_stats
-enable_iter_req_stats print_iter_log torch_compile_config enable_autotuner enable_layerwise_nvtx_marker
-enable_min_latency stream_interval force_dynamic_quantization allreduce_strategy checkpoint_loader
-checkpoint_format kv_connector_config batch_wait_timeout_ms otlp_traces_endpoint
+decoding_config backend return_perf_metrics orchestrator_type
+build_config garbage_collection_gen0_threshold cuda_graph_config attention_dp_config disable_overlap_scheduler
+moe_config attn_backend sampler_type enable_iter_perf_stats enable_iter_req_stats print_iter_log
+perf_metrics_max_requests batch_wait_timeout_ms batch_wait_timeout_iters batch_wait_max_tokens_ratio
+torch_compile_config enable_autotuner enable_layerwise_nvtx_marker enable_min_latency stream_interval
+force_dynamic_quantization allreduce_strategy checkpoint_loader checkpoint_format kv_connector_config
+mm_encoder_only ray_worker_extension_cls
 """.split())
 LLMAPI_NESTED = {
     "kv_cache_config": frozenset("""enable_block_reuse max_tokens max_attention_window sink_token_length
         free_gpu_memory_fraction host_cache_size onboard_blocks cross_kv_cache_fraction secondary_offload_min_priority
-        event_buffer_max_size enable_partial_reuse copy_on_partial_reuse use_uvm dtype tokens_per_block""".split()),
+        event_buffer_max_size attention_dp_events_gather_period_ms enable_partial_reuse copy_on_partial_reuse use_uvm
+        max_gpu_total_bytes dtype mamba_ssm_cache_dtype tokens_per_block""".split()),
     "scheduler_config": frozenset({"capacity_scheduler_policy", "context_chunking_policy", "dynamic_batch_config"}),
     "cuda_graph_config": frozenset({"batch_sizes", "max_batch_size", "enable_padding"}),
 }
 LLMAPI_ENUMS = {
     ("scheduler_config", "capacity_scheduler_policy"): ("MAX_UTILIZATION", "GUARANTEED_NO_EVICT", "STATIC_BATCH"),
-    ("kv_cache_config", "dtype"): ("auto", "fp8", "nvfp4"),
+    # The PyTorch backend syncs "fp8" into the checkpoint's KV quantization; "auto" follows the checkpoint.
+    ("kv_cache_config", "dtype"): ("auto", "fp8"),
     ("", "dtype"): ("auto", "float16", "bfloat16", "float32"),
     ("", "backend"): ("pytorch", "_autodeploy"),
+}
+LLMAPI_RANGES = {
+    ("kv_cache_config", "free_gpu_memory_fraction"): Domain("float", low=0, high=1),
+    ("kv_cache_config", "tokens_per_block"): count(1),
+    ("", "tensor_parallel_size"): count(1),
+    ("", "pipeline_parallel_size"): count(1),
+    ("", "max_batch_size"): count(1),
+    ("", "max_num_tokens"): count(1),
+    ("", "max_seq_len"): count(1),
 }
 
 
@@ -227,4 +244,11 @@ def llmapi_problems(options: dict) -> list[tuple[str, str, str]]:
         if value is not None and str(value) not in choices:
             name = f"{section}.{key}" if section else key
             found.append((key, f'{name} = "{value}" is not one of {", ".join(choices)}', f"set {name} to one of them"))
+    for (section, key), domain in LLMAPI_RANGES.items():
+        holder = options.get(section) if section else options
+        value = holder.get(key) if isinstance(holder, dict) else None
+        problem = domain.problem(str(value)) if value is not None else None
+        if problem:
+            name = f"{section}.{key}" if section else key
+            found.append((key, f"{name} = {value} {problem}", f"set {name} within its range"))
     return found
