@@ -194,6 +194,7 @@ class WorkloadSection(_Section):
     slo_ttft_ms: float | None = Field(None, gt=0)
     slo_itl_ms: float | None = Field(None, gt=0)
     slo_latency_ms: float | None = Field(None, gt=0)
+    workload: WorkloadSection = WorkloadSection()
 
     @field_validator("concurrencies")
     @classmethod
@@ -204,7 +205,6 @@ class WorkloadSection(_Section):
 
     @field_validator("request_rates")
     @classmethod
-    workload: WorkloadSection = WorkloadSection()
     def _positive_rates(cls, value: list[float]) -> list[float]:
         if not value or any(r <= 0 for r in value):
             raise ValueError("request_rates must be a non-empty list of positive numbers (requests/s)")
@@ -308,6 +308,9 @@ class DeploymentConfig(_Section):
             if isl + osl > self.engine.max_seq_len:
                 raise ValueError(f"sweep asks for {isl} input + {osl} output tokens, "
                                  f"more than engine.max_seq_len={self.engine.max_seq_len}")
+        workload = self.sweep.workload  # dataset entries the engine would refuse are skipped, not sent
+        workload.max_input_tokens = workload.max_input_tokens or self.engine.max_input_len
+        workload.max_total_tokens = workload.max_total_tokens or self.engine.max_seq_len
         return self
 
 
@@ -321,9 +324,6 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
     for dotted, value in overrides.items():
         if value is None:
             continue
-        workload = self.sweep.workload  # dataset entries the engine would refuse are skipped, not sent
-        workload.max_input_tokens = workload.max_input_tokens or self.engine.max_input_len
-        workload.max_total_tokens = workload.max_total_tokens or self.engine.max_seq_len
         node = raw
         *parents, leaf = dotted.split(".")
         for key in parents:
