@@ -132,16 +132,6 @@ class ServerSection(_Section):
     tritonserver: str | None = None  # explicit binary; default: pytriton's on CPU, PATH on GPU
 
 
-class SweepSection(_Section):
-    endpoint: Literal["triton-grpc", "triton-http", "openai-completions", "openai-chat"] = "triton-grpc"
-    # Any server's base URL (e.g. http://host:8000 for vLLM / trtllm-serve); default: the toolkit's own server.
-    url: str | None = None
-    # None: `ensemble` on Triton endpoints; on OpenAI endpoints the first model the server lists on /v1/models.
-    model: str | None = None
-    mode: Literal["concurrency", "rate"] = "concurrency"
-    concurrencies: list[int] = [1, 2, 4]
-    request_rates: list[float] = [1.0]  # requests/s, rate mode
-    arrival: Literal["constant", "poisson"] = "poisson"
 class WorkloadSection(_Section):
     """What the sweep's requests ask for (toolkit/bench/workloads/). `synthetic`: the sweep's own lengths."""
 
@@ -175,6 +165,16 @@ class WorkloadSection(_Section):
     long_rate: float = Field(0.5, gt=0)
 
 
+class SweepSection(_Section):
+    endpoint: Literal["triton-grpc", "triton-http", "openai-completions", "openai-chat"] = "triton-grpc"
+    # Any server's base URL (e.g. http://host:8000 for vLLM / trtllm-serve); default: the toolkit's own server.
+    url: str | None = None
+    # None: `ensemble` on Triton endpoints; on OpenAI endpoints the first model the server lists on /v1/models.
+    model: str | None = None
+    mode: Literal["concurrency", "rate"] = "concurrency"
+    concurrencies: list[int] = [1, 2, 4]
+    request_rates: list[float] = [1.0]  # requests/s, rate mode
+    arrival: Literal["constant", "poisson"] = "poisson"
     max_concurrency: int | None = Field(None, ge=1)  # cap on requests in flight in rate mode
     requests_per_step: int | None = Field(16, ge=1)
     duration_s: float | None = Field(None, gt=0)  # a step ends at whichever bound comes first
