@@ -170,7 +170,8 @@ def test_html_holds_every_markdown_section_in_order(tmp_path):
     assert "Decode dominates end-to-end latency" in page  # the doctor's findings
     assert page.count("<img") >= 10
     for column in ("std", "p1", "p5", "p99"):
-        assert column in COLUMNS and f"<th>{column}</th>" in page
+        assert column in COLUMNS and f"<th style='text-align:right'>{column}</th>" in page
+    assert "<td style='text-align:left'>every repetition agrees</td>" in page  # words left, numbers right
 
 
 def test_report_and_html_are_written_beside_an_ab_json(tmp_path):

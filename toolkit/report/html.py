@@ -31,8 +31,12 @@ def markdown_to_html(text: str) -> str:
     def flush():
         if rows:
             head, body = rows[0], rows[2:]
-            out.append("<table><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in body) + "</table>")
+            # Markdown's own alignment row: ---: right (numbers), --- left (words)
+            align = ["right" if c.endswith(":") else "left" for c in rows[1]]
+            out.append("<table><tr>" + "".join(f"<th style='text-align:{a}'>{c}</th>" for c, a in zip(head, align))
+                       + "</tr>" + "".join("<tr>" + "".join(f"<td style='text-align:{a}'>{c}</td>"
+                                                              for c, a in zip(r, align)) + "</tr>" for r in body)
+                       + "</table>")
             rows.clear()
         if items:
             out.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
