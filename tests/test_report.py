@@ -85,6 +85,9 @@ def test_titles_never_call_an_fp32_computed_model_fp8(tmp_path):
     assert precision(native) == "fp8"
     widened = RunDir.open(make_run(tmp_path, "widened", info={"weight_format": "fp8-widened"}))
     assert precision(widened) == "fp8 checkpoint, engine kernels fp8-widened"
+    served = RunDir.open(make_run(tmp_path, "served", info={"weight_format": "fp8-widened",
+                                                            "served_engine": {"compute_dtype": "bf16"}}))
+    assert precision(served) == "fp8 checkpoint, computed in bf16 (fp8-widened kernels)"
     # The CPU runtime plans fp8 bytes but, unreported, is said to compute in its activation dtype
     runtime = RunDir.open(make_run(tmp_path, "runtime", info={"plan_deployment": {"weights": "fp8"},
                                                               "engine": {"dtype": "auto"}}))

@@ -80,7 +80,11 @@ def precision(run: RunDir) -> str:
             return reported
         native = all("widened" not in f and f.split("-")[0] == _COMPUTED_AS.get(qformat, qformat)
                      for f in reported.split("+"))
-        return qformat if native else f"{qformat} checkpoint, engine kernels {reported}"
+        if native:
+            return qformat
+        dtype = (run.summary.get("run", {}).get("served_engine") or {}).get("compute_dtype")
+        return f"{qformat} checkpoint, computed in {dtype} ({reported} kernels)" if dtype else \
+            f"{qformat} checkpoint, engine kernels {reported}"
     computed = compute_dtype(run)
     if qformat == "none":
         return computed or "unquantized"
