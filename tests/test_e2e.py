@@ -226,7 +226,9 @@ def test_html_report_compares_runs(served, tmp_path):
                                        endpoint="triton-http"), layout, progress=lambda _: None)
     markdown = pipeline.report(first, second, out=tmp_path / "compare.md")
     text = markdown.read_text()
-    assert "## Comparison" in text and text.count("| e2e fp8 | Concurrency 2") == 2
+    # one summary table on top; each run under its own label, which names what differs (the endpoint)
+    assert "## Summary" in text and text.count("| c2 |") == 2
+    assert text.count(" · triton-grpc · ") >= 2 and text.count(" · triton-http · ") >= 2
     page = (tmp_path / "compare.html").read_text()
     assert page.count("data:image/png;base64,") >= 3 + 2 * 3  # shared plots + per-run plots
     assert "roofline with measured points" in page
