@@ -81,6 +81,39 @@ def test_phase_metrics_exported_through_triton(served):
     assert 'toolkit_kv_cache_blocks_max{model="tensorrt_llm",version="1"} 32' in text
 
 
+def test_engine_metrics_under_tensorrt_llm_names_and_its_step_timeline(served):
+    """The CPU engine exports TensorRT-LLM's metric families (labels and meanings of its Triton backend)
+    and appends each step to the timeline beside its model."""
+    import re
+    import time
+
+    from toolkit.engine.runtime.layout import timeline_file
+    from toolkit.engine.runtime.timeline import read_timeline
+
+    _, layout, handle = served
+    before = time.time()
+    grpc_stream(handle.grpc_url, "Metrics under the names TensorRT-LLM uses.", 6)
+    time.sleep(0.5)  # the engine refreshes its gauges every 0.1 s
+    text = requests.get(handle.metrics_url, timeout=5).text
+
+    def value(family, label, kind):
+        match = re.search(rf'^{family}{{[^}}]*{label}="{kind}"[^}}]*}} (\S+)$', text, re.MULTILINE)
+        assert match, f"{family} {label}={kind}"
+        return float(match.group(1))
+
+    kv = {k: value("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", k)
+          for k in ("max", "free", "used", "tokens_per", "reused", "fraction")}
+    assert kv["max"] == 32 and kv["tokens_per"] == 16 and kv["used"] + kv["free"] == 32
+    assert value("nv_trt_llm_request_metrics", "request_type", "max") == 4
+    for kind in ("active", "scheduled", "context", "waiting"):
+        value("nv_trt_llm_request_metrics", "request_type", kind)
+    for kind in ("total_context_tokens", "generation_requests", "paused_requests"):
+        value("nv_trt_llm_inflight_batcher_metrics", "inflight_batcher_specific_metric", kind)
+    assert value("nv_trt_llm_general_metrics", "general_type", "iteration_counter") > 0
+    steps = read_timeline(timeline_file(layout.repo_dir), before, time.time())
+    assert sum(s.decode_tokens for s in steps) == 5 and sum(s.prefill_tokens for s in steps) > 0
+
+
 def test_sweep_and_report_are_consistent(served):
     config, layout, _ = served
     run_dir = pipeline.sweep(config, layout, progress=lambda _: None)
@@ -102,6 +135,7 @@ def test_sweep_and_report_are_consistent(served):
         assert m["output_sequence_length"]["avg"] == 12
         assert step["output_token_throughput"]["avg"] > 0
     assert (run_dir / "server_metrics.jsonl").is_file()
+    assert (run_dir / "engine_timeline.jsonl").is_file() and (run_dir / "engine_timeline.trace.json").is_file()
     report = pipeline.report(run_dir).read_text()
     assert "## Concurrency 4" in report and "Prefill vs decode" in report and "Time to first token" in report
 

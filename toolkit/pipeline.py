@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from toolkit.config import ArtifactLayout, DeploymentConfig
@@ -107,20 +108,24 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
             "kv_cache_dtype": config.quantize.kv_cache_dtype, "target": config.engine.target,
             "endpoint": config.sweep.endpoint, "sweep": config.sweep.model_dump(), "engine": config.engine.model_dump(),
             "plan": {"gpu": config.plan.gpu}, "label": label, **(extra_info or {})}
+    info.update(served_engine_info(config, layout))
     try:  # lets reports hold the measurements against `toolkit plan`
         info["model_spec"] = model_spec_for(config, layout).to_dict()
         info["plan_deployment"] = deployment_for_plan(config).__dict__
     except ToolkitError:
         pass
     progress(f"sweep → {run_dir}")
+    started = time.time()
     try:
         run_sweep(config.sweep, target, tokenizer, run_dir, info, progress=progress)
     except (ToolkitError, KeyboardInterrupt):
         # A dying server or Ctrl-C still leaves a (partial) report of what was measured.
+        fetch_engine_timeline(config, layout, run_dir, started)
         write_run_plan(config, layout, run_dir)
         report(run_dir)
         progress(f"partial report: {run_dir / 'report.md'}")
         raise
+    fetch_engine_timeline(config, layout, run_dir, started)
     write_run_plan(config, layout, run_dir)
     return run_dir
 
@@ -135,6 +140,27 @@ def write_run_plan(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Pa
         write_plan(plan_for_config(config, model_spec_for(config, layout)), run_dir)
     except ToolkitError:
         pass  # no model to plan (e.g. --url at a server whose model is not here): reports go without it
+
+
+def served_engine_info(config: DeploymentConfig, layout: ArtifactLayout) -> dict:
+    """What the CPU target's own server says it runs (weight_format, compute_dtype, ...); {} otherwise."""
+    if config.engine.target != "cpu" or config.sweep.url:
+        return {}
+    from toolkit.engine.runtime.layout import read_engine_info
+
+    info = read_engine_info(layout.repo_dir)
+    return {"served_engine": info, "weight_format": info.get("weight_format")} if info else {}
+
+
+def fetch_engine_timeline(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path, started: float) -> None:
+    """The embedded engine's steps during the run, into the run folder (engine_timeline.jsonl and a
+    Chrome/Perfetto trace); only for the CPU target's own server, which writes them beside its model."""
+    if config.engine.target != "cpu" or config.sweep.url:
+        return
+    from toolkit.engine.runtime.layout import timeline_file
+    from toolkit.engine.runtime.timeline import copy_window
+
+    copy_window(timeline_file(layout.repo_dir), run_dir, started, time.time())
 
 
 def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:

@@ -29,7 +29,7 @@ from toolkit.repo.upstream import (CHECKED_TEMPLATE_VERSIONS, EXECUTOR_WORKER_PA
 _PYTHON_FILES = {
     "preprocessing": {"preprocessing.py": "model.py"},
     "postprocessing": {"postprocessing.py": "model.py"},
-    "tensorrt_llm": {"cpu_engine.py": "model.py", "quantized_checkpoint.py": "quantized_checkpoint.py"},
+    "tensorrt_llm": {"cpu_engine.py": "model.py"},  # an adapter over toolkit.engine.runtime (in the venv)
     "tensorrt_llm_bls": {"bls.py": "model.py"},
     "synthetic": {"synthetic.py": "model.py"},
 }

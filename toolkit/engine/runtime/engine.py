@@ -10,6 +10,7 @@ the caller's (tests, benchmarks).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ import torch
 from toolkit.engine.runtime.sampling import GREEDY, SamplingParams, accept_greedy, sample, verify_draft
 from toolkit.engine.runtime.scheduler import Scheduled, Scheduler, SchedulerConfig, Sequence, build_step_input
 from toolkit.engine.runtime.timeline import StepRecord, Timeline
+
+
+log = logging.getLogger(__name__)
 
 
 class RequestError(ValueError):
@@ -78,6 +82,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._step_index = 0
+        self.startup_seconds: float | None = None  # load and warm-up, when open_engine made it
 
     # ---- requests (any thread) -----------------------------------------------------------------
     def add_request(self, request_id: str, prompt: list[int], max_new_tokens: int, *, end_id: int | None = None,
@@ -122,6 +127,17 @@ class Engine:
     @property
     def num_requests(self) -> int:
         return len(self._requests)
+
+    def describe(self) -> dict:
+        """What runs: the runner's kernels and dtypes, the scheduler's options, the start-up time."""
+        runner, c = self.runner, self.config
+        cache = getattr(runner, "cache", None)
+        return {"weight_format": getattr(runner, "weight_format", None),
+                "compute_dtype": str(getattr(runner, "dtype", "")).replace("torch.", "") or None,
+                "kv_cache_dtype": getattr(cache, "kv_cache_dtype", None),
+                "threads": torch.get_num_threads(), "startup_seconds": self.startup_seconds,
+                "enable_chunked_context": c.enable_chunked_context, "enable_kv_cache_reuse": c.enable_kv_cache_reuse,
+                "batch_scheduler_policy": c.batch_scheduler_policy, "max_draft_len": c.max_draft_len}
 
     # ---- the loop ------------------------------------------------------------------------------
     def _drain_inbox(self) -> list[RequestOutput]:
@@ -251,7 +267,17 @@ class Engine:
                     self._wake.wait()
                 if self._stopping and not self.scheduler.has_work and not self._inbox:
                     return
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # a bug must not leave clients waiting on a dead loop
+                log.exception("engine step failed")
+                self._fail_all(f"cpu engine: step failed: {exc!r}")
+
+    def _fail_all(self, error: str) -> None:
+        self._drain_inbox()
+        for request in list(self._requests.values()):
+            self.scheduler.finish(request.seq, "error")
+            self._deliver(request, self._output(request, [], time.perf_counter(), error=error))
 
     def stop(self, timeout: float = 30.0) -> None:
         """Let requests in flight finish (up to `timeout`), then abort what is left and end the loop."""
@@ -294,6 +320,7 @@ def open_engine(engine_dir, *, threads: int | None = None, device: str = "cpu", 
     from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR, ENGINE_CONFIG_FILE
     from toolkit.engine.runtime.model_runner import ModelRunner
 
+    started = time.perf_counter()
     engine_dir = Path(engine_dir)
     limits = json.loads((engine_dir / ENGINE_CONFIG_FILE).read_text())
     limits.update({k: v for k, v in options.items() if v is not None})
@@ -310,4 +337,6 @@ def open_engine(engine_dir, *, threads: int | None = None, device: str = "cpu", 
         max_draft_len=limits.get("max_draft_len", 0))
     if warm_up:
         runner.warm_up(config.max_batch_size, config.max_num_tokens)
-    return Engine(runner, config, max_input_len=limits["max_input_len"], timeline=Timeline(timeline_path))
+    engine = Engine(runner, config, max_input_len=limits["max_input_len"], timeline=Timeline(timeline_path))
+    engine.startup_seconds = round(time.perf_counter() - started, 3)
+    return engine

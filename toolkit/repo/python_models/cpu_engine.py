@@ -1,30 +1,27 @@
-"""Triton python model `tensorrt_llm` for the CPU target: the TensorRT-LLM model's tensors, served
-on CPU with in-flight batching and a paged KV cache (transformers' continuous batching).
+"""Triton python model `tensorrt_llm` for the CPU target: a thin adapter over the embedded engine
+(toolkit/engine/runtime/), with the TensorRT-LLM model's tensors and decoupled streaming.
 
-What it emulates: the `tensorrt_llm` model's interface (input_ids, input_lengths, request_output_len,
-streaming, end_id → output_ids, sequence_length), decoupled streaming one token per response,
-in-flight batching (requests join a running batch at any step), a paged KV cache with a fixed
-number of blocks of `tokens_per_block` tokens, the engine's limits (max_batch_size,
-max_input_len, max_seq_len, max_num_tokens), and the quantized weights' values (dequantized on load).
-What it does not: low-precision kernels (it computes in float32), activation and KV-cache
-quantization, tensor/pipeline parallelism, beam search, sampling parameters (greedy only).
+In: input_ids, input_lengths, request_output_len, end_id, streaming, and the sampling tensors as
+TensorRT-LLM takes them (temperature, runtime_top_k, runtime_top_p, seed, beam_width = 1).
+Out: output_ids [1, 1, tokens] and sequence_length, one response per step's new tokens when
+streaming, one response at the end otherwise. A request the engine refuses (too long, bad sampling
+values) gets one error response naming the fix.
 
-It also exports phase-level Prometheus metrics through Triton's custom metrics:
-  toolkit_prefill_time_seconds   histogram  arrival → first token (queueing + prefill)
-  toolkit_decode_time_seconds    histogram  first → last token
-  toolkit_kv_cache_blocks_used   gauge      KV blocks held by active requests
-  toolkit_kv_cache_blocks_max    gauge      KV blocks in the cache
-  toolkit_active_requests        gauge      requests in the engine (queued or running)
-  toolkit_generated_tokens_total counter    output tokens generated
+Parameters (config.pbtxt, written by `toolkit repo`): engine_dir; cpu_threads; and, overriding the
+build's engine_config.json, enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy
+(TensorRT-LLM's meanings), max_draft_len (> 0: n-gram speculative decoding). The engine appends one
+JSON line per step to engine_timeline.jsonl in this model's directory (timeline.py), and says what it
+runs (kernels, dtypes, options, start-up time) in engine_info.json there.
 
-Runs inside Triton's python backend: imports only torch, transformers, numpy and the sibling
-quantized_checkpoint.py, never the toolkit package.
+Metrics on Triton's /metrics: TensorRT-LLM's nv_trt_llm_* families and the toolkit's own
+(toolkit/engine/runtime/metrics.py), refreshed by a small thread every 0.1 s, so a step never waits
+on metric calls.
+
+Runs inside Triton's python backend, whose interpreter is the venv's: it imports the engine runtime
+package (toolkit.engine.runtime, importable without Triton), never the CLI or the stages.
 """
 
-import asyncio
 import json
-import math
-import os
 import threading
 import time
 import uuid
@@ -32,186 +29,134 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 import triton_python_backend_utils as pb_utils
-from quantized_checkpoint import load_quantized_causal_lm
-from transformers import GenerationConfig
-from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-_LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+from toolkit.engine.runtime.engine import RequestError, open_engine
+from toolkit.engine.runtime.layout import ENGINE_INFO_FILE, TIMELINE_FILE
+from toolkit.engine.runtime.metrics import MetricsExporter
+from toolkit.engine.runtime.sampling import GREEDY, SamplingParams
+
+METRICS_INTERVAL_S = 0.1
 
 
 @dataclass
 class _Stream:
     request: object
     sender: object
-    input_len: int
     streaming: bool
-    arrival: float
-    sent: int = 0
     tokens: list = field(default_factory=list)
-    first_token_at: float | None = None
     closed: bool = False
 
 
-def _input(request, name, default=None):
+def _scalar(request, name, cast, default=None):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return default if tensor is None else tensor.as_numpy()
+    return default if tensor is None else cast(tensor.as_numpy().reshape(-1)[0])
+
+
+def _flag(params, name):
+    return None if name not in params else str(params[name]).lower() == "true"
+
+
+def sampling_params(request) -> SamplingParams:
+    """TensorRT-LLM's sampling tensors; none given means greedy."""
+    temperature = _scalar(request, "temperature", float)
+    top_k = _scalar(request, "runtime_top_k", int)
+    top_p = _scalar(request, "runtime_top_p", float)
+    seed = _scalar(request, "seed", int)
+    beam_width = _scalar(request, "beam_width", int, 1)
+    if temperature is None and top_k is None and top_p is None and beam_width == 1:
+        return GREEDY
+    return SamplingParams(temperature=1.0 if temperature is None else temperature, top_k=top_k or 0,
+                          top_p=top_p or 0.0, seed=seed, beam_width=beam_width)
 
 
 class TritonPythonModel:
     def initialize(self, args):
         model_config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
-        engine_dir = Path(params["engine_dir"])
-        self.limits = json.loads((engine_dir / "engine_config.json").read_text())
-        torch.set_num_threads(int(params.get("cpu_threads") or os.cpu_count() or 1))
-
-        model, self.quant_algo = load_quantized_causal_lm(engine_dir / "checkpoint")
-        generation = GenerationConfig(do_sample=False, max_new_tokens=self.limits["max_seq_len"], eos_token_id=-1,
-                                      pad_token_id=model.config.pad_token_id or 0)
-        # Sized from the engine config, not from free RAM (the default takes ~60 % of memory).
-        batching = ContinuousBatchingConfig(
-            page_size=self.limits["tokens_per_block"], num_blocks=self.limits["kv_cache_blocks"],
-            max_batch_tokens=self.limits["max_num_tokens"], max_requests_per_batch=self.limits["max_batch_size"],
-            allow_block_sharing=params.get("enable_kv_cache_reuse", "false").lower() == "true")
-        self.manager = model.init_continuous_batching(generation_config=generation, continuous_batching_config=batching)
-        self.manager.start()
-
-        # All result handlers, and so all response_sender.send calls, run on this one loop thread.
-        self.loop = asyncio.new_event_loop()
-        self.loop_thread = threading.Thread(target=self.loop.run_forever, name="cpu-engine-results", daemon=True)
-        self.loop_thread.start()
+        threads = int(params["cpu_threads"]) if params.get("cpu_threads") else None
+        # The build's options (engine_config.json), unless config.pbtxt sets them.
+        self.engine = open_engine(
+            params["engine_dir"], threads=threads,
+            timeline_path=Path(args["model_repository"]) / TIMELINE_FILE,
+            enable_chunked_context=_flag(params, "enable_chunked_context"),
+            enable_kv_cache_reuse=_flag(params, "enable_kv_cache_reuse"),
+            batch_scheduler_policy=params.get("batch_scheduler_policy") or None,
+            max_draft_len=int(params["max_draft_len"]) if params.get("max_draft_len") else None)
+        self.exporter = MetricsExporter(pb_utils, model_config["name"])
         self.streams: dict[str, _Stream] = {}
-        self._init_metrics(model_config["name"])
+        self._step_times: list[float] = []
+        self.engine.on_step = lambda record: self._step_times.append(record.duration)
         self._warm_up()
+        (Path(args["model_repository"]) / ENGINE_INFO_FILE).write_text(json.dumps(self.engine.describe(), indent=2))
+        self.engine.start()
+        self._stop_metrics = threading.Event()
+        self._metrics_thread = threading.Thread(target=self._metrics_loop, name="cpu-engine-metrics", daemon=True)
+        self._metrics_thread.start()
 
-    # ---- metrics -------------------------------------------------------------------------------
-    def _init_metrics(self, model_name):
-        labels = {"model": model_name, "version": "1"}
-        histogram, gauge = pb_utils.MetricFamily.HISTOGRAM, pb_utils.MetricFamily.GAUGE
-        # Keep the families alive as long as their metrics (Triton refuses metrics of a deleted family).
-        self.metric_families = {
-            "prefill": pb_utils.MetricFamily("toolkit_prefill_time_seconds",
-                                             "Arrival to first token per request (queue + prefill), seconds", histogram),
-            "decode": pb_utils.MetricFamily("toolkit_decode_time_seconds",
-                                            "First to last token per request (decode), seconds", histogram),
-            "kv_used": pb_utils.MetricFamily("toolkit_kv_cache_blocks_used", "KV cache blocks held by active requests", gauge),
-            "kv_max": pb_utils.MetricFamily("toolkit_kv_cache_blocks_max", "KV cache blocks in the paged cache", gauge),
-            "active": pb_utils.MetricFamily("toolkit_active_requests", "Requests in the engine (queued or running)", gauge),
-            "tokens": pb_utils.MetricFamily("toolkit_generated_tokens_total", "Output tokens generated",
-                                            pb_utils.MetricFamily.COUNTER),
-        }
-        self.prefill_hist = self.metric_families["prefill"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
-        self.decode_hist = self.metric_families["decode"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
-        self.kv_used = self.metric_families["kv_used"].Metric(labels=labels)
-        self.kv_max = self.metric_families["kv_max"].Metric(labels=labels)
-        self.active = self.metric_families["active"].Metric(labels=labels)
-        self.tokens = self.metric_families["tokens"].Metric(labels=labels)
-        self.kv_max.set(self.limits["kv_cache_blocks"])
+    def _warm_up(self):
+        # First calls pay one-off costs (kernel selection, allocator growth): pay them here, not in a TTFT.
+        self.engine.generate([[1, 2, 3, 4]], 2)
 
-    def _update_gauges(self):
-        block = self.limits["tokens_per_block"]
-        used = sum(math.ceil((s.input_len + len(s.tokens)) / block) for s in self.streams.values())
-        self.kv_used.set(used)
-        self.active.set(len(self.streams))
+    def _metrics_loop(self):
+        while not self._stop_metrics.wait(METRICS_INTERVAL_S):
+            times, self._step_times = self._step_times, []
+            for duration in times:
+                self.exporter.observe_step(duration)
+            self.exporter.update(self.engine)
 
     # ---- requests ------------------------------------------------------------------------------
-    def _warm_up(self):
-        # The batch processor is built by the first request: pay that here, not in the first TTFT.
-        done = threading.Event()
-
-        async def register():
-            self.manager.register_result_handler("warmup", lambda out: out.is_finished() and done.set())
-
-        asyncio.run_coroutine_threadsafe(register(), self.loop).result()
-        self.manager.add_request([1, 2, 3, 4], request_id="warmup", max_new_tokens=2, streaming=False, eos_token_id=-1)
-        done.wait(120)
-
     def execute(self, requests):
         for request in requests:
             self._submit(request)
         return None  # decoupled: responses go through each request's sender, so others can join the batch
 
-    def _reject(self, sender, message):
-        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
-                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-
     def _submit(self, request):
         sender = request.get_response_sender()
-        ids = _input(request, "input_ids")
-        if ids is None or ids.shape[0] != 1:
-            return self._reject(sender, "send one prompt per request (input_ids batch dimension must be 1)")
-        lengths = _input(request, "input_lengths")
-        input_len = int(lengths.reshape(-1)[0]) if lengths is not None else ids.shape[-1]
-        prompt = ids.reshape(1, -1)[0, :input_len].astype(np.int64).tolist()
-        output_len = int(_input(request, "request_output_len", np.array([[16]])).reshape(-1)[0])
-        streaming = bool(_input(request, "streaming", np.array([[False]])).reshape(-1)[0])
-        end_id = int(_input(request, "end_id", np.array([[-1]])).reshape(-1)[0])
-        limits = self.limits
-        if input_len > limits["max_input_len"]:
-            return self._reject(sender, f"input of {input_len} tokens exceeds the engine's max_input_len "
-                                        f"{limits['max_input_len']}: shorten the prompt or rebuild with a larger engine.max_input_len")
-        if output_len < 1:
-            return self._reject(sender, "request_output_len must be >= 1")
-        if input_len + output_len > limits["max_seq_len"]:
-            return self._reject(sender, f"{input_len} input + {output_len} output tokens exceed the engine's max_seq_len "
-                                        f"{limits['max_seq_len']}: ask for fewer tokens or rebuild with a larger engine.max_seq_len")
-
-        request_id = uuid.uuid4().hex
-        stream = _Stream(request, sender, input_len, streaming, time.perf_counter())
-
-        async def register():
-            self.streams[request_id] = stream
-            self.manager.register_result_handler(request_id, lambda out: self._on_output(request_id, out))
-
-        # Register before add_request, or early tokens would land in the shared output queue.
-        asyncio.run_coroutine_threadsafe(register(), self.loop).result()
-        self.manager.add_request(prompt, request_id=request_id, max_new_tokens=output_len, streaming=True,
-                                 eos_token_id=end_id)
-
-    def _on_output(self, request_id, out):
-        """Runs on the loop thread for every generation step of the request."""
-        stream = self.streams.get(request_id)
-        if stream is None or stream.closed:
-            return
-        now = time.perf_counter()
-        new = list(out.generated_tokens[len(stream.tokens):])
-        stream.tokens.extend(new)
-        if new:
-            self.tokens.increment(len(new))
-        if new and stream.first_token_at is None:
-            stream.first_token_at = now
-            self.prefill_hist.observe(now - stream.arrival)
-        finished = out.is_finished()
         try:
-            if out.error:
-                stream.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"cpu engine: {out.error}")),
-                                   flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                finished = True
-            elif stream.request.is_cancelled():
-                self.manager.cancel_request(request_id)
-                stream.sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                finished = True
-            elif stream.streaming and new:
-                stream.sender.send(self._tokens_response(new),
-                                   flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if finished else 0)
-            elif finished:
-                response = self._tokens_response(stream.tokens) if not stream.streaming else None
-                stream.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        except Exception:
-            # The client went away between our check and the send ("Response sender has been closed").
-            self.manager.cancel_request(request_id)
-            finished = True
-        if finished:
+            ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()
+            if ids.ndim > 1 and ids.shape[0] != 1:
+                raise RequestError("send one prompt per request (input_ids batch dimension must be 1)")
+            input_len = _scalar(request, "input_lengths", int, ids.shape[-1])
+            prompt = ids.reshape(-1)[:input_len].astype(np.int64).tolist()
+            output_len = _scalar(request, "request_output_len", int, 16)
+            end_id = _scalar(request, "end_id", int, -1)
+            request_id = uuid.uuid4().hex
+            stream = _Stream(request, sender, bool(_scalar(request, "streaming", bool, False)))
+            self.streams[request_id] = stream
+            self.engine.add_request(request_id, prompt, output_len, end_id=None if end_id < 0 else end_id,
+                                    sampling=sampling_params(request),
+                                    callback=lambda out: self._on_output(stream, out))
+        except (RequestError, ValueError) as exc:
+            self.streams.pop(locals().get("request_id"), None)
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def _on_output(self, stream, out):
+        """Runs on the engine's thread after each step that gave this request tokens, or ended it."""
+        self.exporter.observe_request(out)
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if stream.closed:
+            return
+        if out.finished:
             stream.closed = True
-            if stream.first_token_at is not None:
-                self.decode_hist.observe(now - stream.first_token_at)
-            self.streams.pop(request_id, None)
-            # A cancelled request never yields a final output, so its handler is not removed for us.
-            with self.manager.output_router._lock:
-                self.manager.output_router.result_handlers.pop(request_id, None)
-        self._update_gauges()
+            self.streams.pop(out.request_id, None)
+        if out.error:
+            stream.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(out.error)), flags=final)
+            return
+        if stream.request.is_cancelled():
+            self.engine.abort(out.request_id)
+            if not out.finished:
+                stream.closed = True
+                self.streams.pop(out.request_id, None)
+            stream.sender.send(flags=final)
+            return
+        stream.tokens.extend(out.new_tokens)
+        # Raises when the client went away between the check and the send: the engine then aborts it.
+        if stream.streaming and out.new_tokens:
+            stream.sender.send(self._tokens_response(out.new_tokens), flags=final if out.finished else 0)
+        elif out.finished:
+            stream.sender.send(None if stream.streaming else self._tokens_response(stream.tokens), flags=final)
 
     @staticmethod
     def _tokens_response(tokens):
@@ -222,8 +167,6 @@ class TritonPythonModel:
         ])
 
     def finalize(self):
-        # Stop the manager first (blocking) so in-flight requests finish, then the loop.
-        try:
-            self.manager.stop(block=True, timeout=30)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
+        # Let requests in flight finish (the engine stops taking steps once idle), then stop the metrics.
+        self.engine.stop(timeout=30)
+        self._stop_metrics.set()
