@@ -48,6 +48,8 @@ def test_sampling_fields_become_the_models_inputs_when_it_has_them():
 
 def test_chat_needs_messages():
     assert refusal({"messages": []}, chat=True).status == 400
+    assert "string content" in str(refusal({"messages": [{"role": "user", "content": [{"type": "image"}]}]},
+                                           chat=True))
     assert parse({"messages": [{"role": "user", "content": "x"}]}, chat=True)["prompt"] is None
 
 

@@ -132,6 +132,8 @@ def parse_request(body: dict, chat: bool, served_name: str, max_seq_len: int | N
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidRequest("messages must be a non-empty list")
+        if not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+            raise InvalidRequest("each message must be an object with a string content (text only)")
         prompt = None
     else:
         prompt = body.get("prompt")
