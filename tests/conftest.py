@@ -8,6 +8,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tests write only under temp dirs: what the toolkit compiles or probes once per machine (toolkit/cache.py)
 # goes to a per-session folder, set before any toolkit module reads it (servers started by tests inherit it).
 os.environ["TOOLKIT_CACHE"] = tempfile.mkdtemp(prefix="toolkit-test-cache-")
+os.environ["MPLCONFIGDIR"] = os.path.join(os.environ["TOOLKIT_CACHE"], "matplotlib")  # its font cache, likewise
 
 
 @pytest.fixture(scope="session")
