@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 
 from toolkit.cache import CACHE_ROOT
@@ -134,6 +135,9 @@ def cpu_probe(refresh: bool = False) -> dict:
             cached = {}
         if _still_this_machine(cached):
             return cached
+    # The one line a user sees while waiting: measuring takes seconds, and only happens once.
+    print(f"probing this CPU for the planner (memory bandwidth, kernel rates; cached in {CACHE}) ...",
+          file=sys.stderr, flush=True)
     result = measure_cpu()
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     CACHE.write_text(json.dumps(result, indent=2) + "\n")
