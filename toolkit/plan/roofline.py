@@ -4,7 +4,7 @@ Prefill multiplies (S × K) activations by (K × N) weights: intensity grows wit
 Decode does the same with S = batch: intensity ≈ batch, memory-bound until the crossover batch.
 
 One decode step for `batch` sequences of `context` tokens (per pipeline stage, × pp stages):
-    max(weight bytes + batch · context · KV bytes per token) / bandwidth,
+    max((weight bytes + batch · context · KV bytes per token) / bandwidth,
         2 · parameters · batch / (tp · pp · the format's compute rate))
     + all-reduce (TP) + the device's fixed per-step cost
 FLOPs count 2 per parameter per token (attention's context-length term is left out: under 2 % at
@@ -18,9 +18,12 @@ For the engine benchmark (perf/engine_bench.py):
     from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_decode_step
     cpu_decode_step_seconds(spec, "int4_awq", batch=8, context_len=160, probe=None)  # seconds
     cpu_decode_step(spec, "int4_awq", 8, 160).bound                                 # memory | compute
-`probe` is the cpu_probe dict or a HardwareSpec (None: the cached probe); `step_overhead_s` overrides
-the spec's fixed per-step cost (measure it, then pass it). `crossover_batch(...)` and
-`prefill_seconds(...)` give the batch at which decode turns compute-bound and the prefill floor.
+    cpu_crossover_batch(spec, "int4_awq", context_len=160)   # batch where decode turns compute-bound
+    cpu_prefill_seconds(spec, "int4_awq", tokens=128)         # TTFT floor at ISL 128
+`spec` is a ModelSpec (toolkit.model.spec.load_model_spec(checkpoint_dir)); `qformat` a name from
+toolkit/quantize/formats.py (`none` runs bf16). `probe` is a cpu_probe dict (e.g. measure_cpu() taken
+in the benchmark's own run) or a HardwareSpec; None reads the cached probe. `step_overhead_s`
+overrides the fixed per-step cost (default DEFAULT_STEP_OVERHEAD_S, an assumption until measured).
 """
 
 from __future__ import annotations
