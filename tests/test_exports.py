@@ -184,3 +184,27 @@ def test_inputs_log_keeps_each_payload_as_the_client_sends_it(tmp_path):
     assert rows[0] == {"step": "concurrency_1", "request_index": 0, "session": None, "payload": chat_body}
     assert rows[1]["payload"] == {"text_input": "hello", "max_tokens": 4, "stream": True, "ignore_eos": True}
     assert rows[1]["session"] == "s7"
+
+
+def test_a_step_where_every_request_failed_still_exports_valid_aiperf_files(tmp_path):
+    records = [RequestRecord(i, "concurrency_1", 1.0 + i, 8, 4, error="connection refused", error_kind="connection")
+               for i in range(3)]
+    writer = RecordWriter(tmp_path / "records.jsonl")
+    for r in records:
+        writer.write(r)
+    writer.close()
+    step = {"step": "concurrency_1", "mode": "concurrency", "concurrency": 1, "input_tokens": 8, "output_tokens": 4,
+            **calculate_metrics(records)}
+    (tmp_path / "summary.json").write_text(json.dumps({"run": {"model": "tiny", "endpoint": "openai-chat"},
+                                                       "steps": [step], "complete": False}))
+    write_exports(tmp_path)
+    folder = tmp_path / "exports" / "tiny-openai-chat-concurrency1"
+    summary = json.loads((folder / "profile_export_aiperf.json").read_text())
+    jsonschema.validate(summary, _schema("profile_export_aiperf"))
+    assert summary["error_request_count"]["avg"] == 3 and summary["is_complete"] is False
+    assert summary["input_config"]["phases"][0]["requests"] == 3  # no bound in the config: what was sent
+    for line in (folder / "profile_export.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        jsonschema.validate(row, _schema("profile_export_record"))
+        assert row["error"]["type"] == "connection" and row["metadata"]["request_end_ns"] >= \
+            row["metadata"]["request_start_ns"]

@@ -160,10 +160,10 @@ def aiperf_input_config(run: dict, step: dict) -> dict:
             phase["concurrency"] = sweep["max_concurrency"]
     else:
         phase = {"name": "profiling", "kind": "profiling", "type": "concurrency", "concurrency": step["concurrency"]}
-    if requests:
-        phase["requests"] = requests
     if sweep.get("duration_s"):
         phase["duration"] = sweep["duration_s"]
+    if requests or "duration" not in phase:  # AIPerf's phase needs a bound: else what was sent
+        phase["requests"] = requests or (step.get("request_count", 0) + step.get("error_count", 0))
     prompts = {"isl": {"mean": float(step.get("input_tokens") or 0),
                        "stddev": float(sweep.get("input_tokens_stddev") or 0)},
                "osl": {"mean": float(step.get("output_tokens") or 0),

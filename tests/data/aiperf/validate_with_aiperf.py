@@ -19,5 +19,5 @@ if (folder / "inputs.json").exists():
     InputsFile.model_validate_json((folder / "inputs.json").read_text())
 run = DataLoader().load_run(folder)  # what `aiperf plot` does with an artifact folder
 print(json.dumps({"records": len(records), "phases": sorted({r.metadata.benchmark_phase.value for r in records}),
-                  "ttft_p50": summary.time_to_first_token.p50, "loader_model": run.metadata.model,
+                  "ttft_p50": summary.time_to_first_token.p50 if summary.time_to_first_token else None, "loader_model": run.metadata.model,
                   "loader_concurrency": run.metadata.concurrency, "loader_requests": run.metadata.request_count}))
