@@ -123,7 +123,9 @@ def test_trace_replays_on_its_schedule(tokenizer):
     run(workload, LoadShape("rate", step.level), server)
     sent = [t - server.sent[0][1] for _, t in server.sent]
     assert len(sent) == 8
-    assert sent == pytest.approx(workload.offsets, abs=0.03)  # 2 s of trace in 0.5 s
+    # 2 s of trace in 0.5 s; never early, and late only by the event loop's lag on a loaded machine
+    assert all(s >= o - 0.005 for s, o in zip(sent, workload.offsets))
+    assert sent == pytest.approx(workload.offsets, abs=0.2) and sent[-1] < 1.0
 
 
 def test_trace_errors_name_the_line(tmp_path):
@@ -205,3 +207,18 @@ def test_per_class_metrics_in_the_step_summary():
     assert class_metrics(records[:2], None) is None
     back = RequestRecord.from_dict(json.loads(records[2].to_json()))
     assert back.request_class == "long"
+
+
+def test_itl_against_context_per_turn():
+    from toolkit.bench.sweep import turn_metrics
+
+    def rec(i, turn, isl, gap):
+        chunks = [1.0 + gap * k for k in range(5)]
+        return RequestRecord(i, "s", 0.9, isl, 5, chunk_times=chunks, end_time=chunks[-1], output_tokens=5,
+                             session=f"s{i % 2}", turn=turn)
+
+    turns = turn_metrics([rec(0, 0, 24, 0.01), rec(1, 0, 26, 0.01), rec(2, 1, 70, 0.02), rec(3, 1, 72, 0.02)])
+    assert [t["turn"] for t in turns] == [0, 1] and turns[1]["context_tokens_mean"] == 71
+    assert turns[0]["inter_token_latency_p50_ms"] == pytest.approx(10.0)
+    assert turns[1]["inter_token_latency_p50_ms"] == pytest.approx(20.0)
+    assert turn_metrics([rec(0, 0, 24, 0.01)]) is None

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import requests
 
 from toolkit.bench.clients import classify_error, make_client
@@ -168,6 +169,23 @@ def class_metrics(records: list[RequestRecord], slo: Slo | None) -> dict | None:
     return {name: calculate_metrics(members, slo) for name, members in sorted(classes.items())}
 
 
+def turn_metrics(records: list[RequestRecord]) -> list[dict] | None:
+    """Multi-turn workloads: per turn, the context it sent and its ITL — ITL against context length."""
+    turns: dict[int, list[RequestRecord]] = {}
+    for record in records:
+        if record.turn is not None and record.ok:
+            turns.setdefault(record.turn, []).append(record)
+    if len(turns) < 2:
+        return None
+    out = []
+    for turn, members in sorted(turns.items()):
+        itl = [r.inter_token_latency * 1e3 for r in members if r.inter_token_latency]
+        out.append({"turn": turn, "requests": len(members),
+                    "context_tokens_mean": sum(r.input_tokens for r in members) / len(members),
+                    "inter_token_latency_p50_ms": float(np.median(itl)) if itl else None})
+    return out
+
+
 def run_sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Path, run_info: dict,
               progress=print) -> dict:
     """Run every step; returns the summary (also in run_dir/summary.json, rewritten after each step).
@@ -242,6 +260,9 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
             classes = class_metrics([r for r in records if not r.warmup], slo)
             if classes:
                 result["classes"] = classes
+            turns = turn_metrics([r for r in records if not r.warmup])
+            if turns:
+                result["turns"] = turns
             result["phases"] = phase_split(result)
             result["server"] = summarize_server_metrics(samples)
             summary["steps"].append(result)
