@@ -249,6 +249,22 @@ def test_levers_the_served_engine_ignores_are_named():
     assert lever_gaps(config, SCENARIOS["chatty-slowdown"]) == []  # a workload-side fix needs no engine lever
 
 
+def test_gpu_repositories_carry_the_fix_levers():
+    """On the TensorRT-LLM target the fixes are backend parameters (held by `toolkit repo check`)."""
+    from toolkit.repo.writer import trtllm_parameters
+
+    base = load_config("configs/gpu-llama3-8b-fp8-tp2.yaml", {"engine.target": "trtllm"})
+    for name, key in (("stuttering-stream", "enable_chunked_context"), ("shared-prefix", "enable_kv_cache_reuse")):
+        sc = SCENARIOS[name]
+        config = scenario_config(base, sc)
+        for label, overrides, expected in (("baseline", sc.baseline(config), False), (sc.fix_label, sc.fix(config), True)):
+            variant = variant_config(config, label, {k: str(v) for k, v in overrides.items()})
+            assert trtllm_parameters(variant, Path("/engines/x"))[key] is expected
+    assert lever_gaps(scenario_config(base, SCENARIOS["shared-prefix"]), SCENARIOS["shared-prefix"]) == []
+    assert "not configured by this toolkit" in lever_gaps(scenario_config(base, SCENARIOS["speculative"]),
+                                                          SCENARIOS["speculative"])[0]
+
+
 def test_scenario_report_from_runs_with_a_real_improvement(tmp_path):
     """Two repetitions each: the fix halves the short streams' stalls; the report says better, with an
     interval, and draws the figure."""

@@ -22,7 +22,11 @@ def lever_gaps(config: DeploymentConfig, sc: Scenario) -> list[str]:
     """Levers of the fix that the served engine would ignore, one line each. TensorRT-LLM targets take
     them as parameters (checked by `toolkit repo check`); the CPU engine honours them once its Triton
     model runs the toolkit's engine runtime (toolkit/engine/runtime/)."""
-    if config.engine.target != "cpu" or not sc.levers:
+    if config.engine.target != "cpu":
+        return [f"{lever} on TensorRT-LLM targets is not configured by this toolkit (Medusa / EAGLE / lookahead "
+                "need their own engine build): the workload runs, the fix cannot show"
+                for lever in sc.levers if lever == "speculative_decoding"]
+    if not sc.levers:
         return []
     source = CPU_ENGINE_MODEL.read_text() if CPU_ENGINE_MODEL.is_file() else ""
     if "engine.runtime" in source or "from runtime" in source:
