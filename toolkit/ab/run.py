@@ -66,18 +66,13 @@ def analyse(runs: dict[str, list[RunDir]], boot: int = 2000) -> list[dict]:
 
 
 def render_ab_markdown(results: list[dict], runs: dict[str, list[RunDir]]) -> str:
+    """ab.md: the same verdict table (with units and which way is better) as the report's A/B section."""
+    from toolkit.report.markdown import ab_table
+
     labels = list(runs)
     lines = [f"# A/B: {' vs '.join(labels)}", "",
-             f"Baseline **{labels[0]}**; {len(runs[labels[0]])} interleaved repetitions per variant. "
-             "Change = (candidate − baseline) / baseline of the median; interval: two-level bootstrap "
-             "(repetitions, then requests), 95 %. A verdict other than noise needs every repetition to agree "
-             "and repetitions that reproduce.", "",
-             "| Candidate | Step | Metric | Baseline | Candidate | Change | 95 % interval | Verdict | Why |",
-             "|---|---|---|---:|---:|---:|---|---|---|"]
-    for r in results:
-        lines.append(f"| {r['candidate']} | {r['step']} | {r['metric']} | {r['baseline_value']:,.2f} | "
-                     f"{r['candidate_value']:,.2f} | {100 * r['relative_change']:+.1f} % | "
-                     f"[{100 * r['ci_low']:+.1f} %, {100 * r['ci_high']:+.1f} %] | **{r['verdict']}** | {r['reason']} |")
+             f"Baseline **{labels[0]}**; {len(runs[labels[0]])} interleaved repetitions per variant.", "",
+             ab_table({"results": results})]
     lines += ["", "Runs:"] + [f"- {label}: " + ", ".join(f"`{run.path}`" for run in runs[label]) for label in labels]
     return "\n".join(lines) + "\n"
 

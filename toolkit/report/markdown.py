@@ -272,7 +272,8 @@ def load_ab(folder: Path) -> dict | None:
 
 def ab_table(ab: dict) -> str:
     lines = ["Change = (candidate − baseline) / baseline of the median; 95 % interval from a two-level bootstrap "
-             "(repetitions, then requests). A verdict other than noise needs every repetition to agree.", "",
+             "(repetitions, then requests). A verdict other than noise needs every repetition to agree and "
+             "repetitions that reproduce.", "",
              "| Candidate vs baseline | Step | Metric | Baseline | Candidate | Change | 95 % interval | Verdict | Why |",
              "|---|---|---|---:|---:|---:|---|---|---|"]
     for r in ab.get("results", []):
