@@ -11,7 +11,7 @@ import click
 
 from toolkit.config import ArtifactLayout, load_config, parse_set_options
 from toolkit.errors import ToolkitError
-from toolkit.quantize.formats import KV_CACHE_DTYPES, QFORMAT_NAMES, WEIGHT_FORMATS
+from toolkit.quantize.formats import KV_CACHE_DTYPES, KV_ELEMENT_DTYPES, QFORMAT_NAMES, WEIGHT_FORMATS
 
 # What `make demo` builds, so that `toolkit serve --detach`, `toolkit sweep` ... after the demo find its artifacts.
 DEFAULT_CONFIG = "configs/cpu-small.yaml"
@@ -394,7 +394,7 @@ def scenario_cmd(name, config_path, sets, repeat, out_root, list_them):
 @click.option("--pp", type=int, default=None)
 @click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default=None,
               help="An unquantized dtype or a qformat (default: bf16 on a GPU, the config's qformat otherwise).")
-@click.option("--kv-dtype", type=click.Choice(["fp32", "bf16", "fp16", "fp8", "int8"]), default=None)
+@click.option("--kv-dtype", type=click.Choice(KV_ELEMENT_DTYPES), default=None)
 @click.option("--kv-fraction", "kv_free_mem_fraction", type=float, default=None,
               help="Share of free memory given to the KV cache (kv_cache_free_gpu_mem_fraction).")
 @click.option("--max-seq-len", type=int, default=None, help="Default on a GPU: the model's own context length.")

@@ -10,9 +10,7 @@ from dataclasses import dataclass, replace
 from toolkit.errors import ToolkitError
 from toolkit.model.spec import ModelSpec
 from toolkit.plan.hardware import HardwareSpec
-from toolkit.quantize.formats import DTYPES, weight_bytes_per_element, weight_format
-
-KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
+from toolkit.quantize.formats import DTYPES, KV_ELEMENT_DTYPES, weight_bytes_per_element, weight_format
 ACTIVATION_BYTES = 2  # bf16/fp16 activations between the matmuls
 
 
@@ -48,8 +46,8 @@ class Deployment:
             raise ToolkitError(f"prefill efficiency must be in (0, 1] (got {self.prefill_efficiency})",
                                "pass e.g. --efficiency 0.6")
         weight_format(self.weights)
-        if self.kv_dtype not in KV_DTYPES:
-            raise ToolkitError(f"unknown KV cache dtype {self.kv_dtype!r}", f"use one of {', '.join(KV_DTYPES)}")
+        if self.kv_dtype not in KV_ELEMENT_DTYPES:
+            raise ToolkitError(f"unknown KV cache dtype {self.kv_dtype!r}", f"use one of {', '.join(KV_ELEMENT_DTYPES)}")
         if spec.num_heads % self.tp:
             divisors = [d for d in range(1, spec.num_heads + 1) if spec.num_heads % d == 0]
             raise ToolkitError(f"tp={self.tp} does not divide the {spec.num_heads} attention heads of {spec.name}",

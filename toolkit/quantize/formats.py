@@ -28,6 +28,7 @@ DTYPES: dict[str, DType] = {d.name: d for d in [
     DType("int4", 0.5), DType("fp4", 0.5),
 ]}
 UNQUANTIZED_DTYPES = ("fp32", "bf16", "fp16")  # what a model without a qformat holds its weights in
+KV_ELEMENT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")  # what a planned KV cache is held in
 
 
 @dataclass(frozen=True)
