@@ -23,6 +23,14 @@ def _cdf(ax, data: list[float], label: str) -> None:
         ax.step(data, [(i + 1) / len(data) for i in range(len(data))], where="post", label=f"{label} (n={len(data)})")
 
 
+def _finish(plt, fig, ax, xlabel: str, ylabel: str, title: str) -> bytes:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _png(plt, fig)
+
+
 def ttft_vs_isl(runs: Runs, title: str) -> bytes:
     plt, fig, ax = _figure()
     for label, reps in runs.items():
@@ -37,11 +45,7 @@ def ttft_vs_isl(runs: Runs, title: str) -> bytes:
     floor = [prefill_floor_ms(first, x) for x in xs]
     if xs and all(f is not None for f in floor):
         ax.plot(xs, floor, "k--", label="prefill floor (toolkit plan)")
-    ax.set_xlabel("prompt tokens")
-    ax.set_ylabel("ms")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return _png(plt, fig)
+    return _finish(plt, fig, ax, "prompt tokens", "ms", title)
 
 
 def itl_vs_context(runs: Runs, title: str) -> bytes:
@@ -49,11 +53,7 @@ def itl_vs_context(runs: Runs, title: str) -> bytes:
     for label, reps in runs.items():
         rs = [r for r in _records(reps) if r.inter_token_latency]
         ax.scatter([r.input_tokens for r in rs], [r.inter_token_latency * 1e3 for r in rs], s=12, alpha=0.7, label=label)
-    ax.set_xlabel("context at the turn (prompt tokens, history included)")
-    ax.set_ylabel("ITL (ms)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return _png(plt, fig)
+    return _finish(plt, fig, ax, "context at the turn (prompt tokens, history included)", "ITL (ms)", title)
 
 
 def gaps_cdf(runs: Runs, title: str) -> bytes:
@@ -61,22 +61,14 @@ def gaps_cdf(runs: Runs, title: str) -> bytes:
     for label, reps in runs.items():
         _cdf(ax, [g * 1e3 for r in _records(reps) if r.request_class == "short" for g in r.chunk_gaps], label)
     ax.set_xscale("log")
-    ax.set_xlabel("gap between a short stream's tokens (ms, log)")
-    ax.set_ylabel("fraction of gaps ≤ x")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return _png(plt, fig)
+    return _finish(plt, fig, ax, "gap between a short stream's tokens (ms, log)", "fraction of gaps ≤ x", title)
 
 
 def ttft_cdf(runs: Runs, title: str) -> bytes:
     plt, fig, ax = _figure()
     for label, reps in runs.items():
         _cdf(ax, values(_records(reps), "ttft", None), label)
-    ax.set_xlabel("TTFT (ms)")
-    ax.set_ylabel("fraction of requests ≤ x")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return _png(plt, fig)
+    return _finish(plt, fig, ax, "TTFT (ms)", "fraction of requests ≤ x", title)
 
 
 def kv_and_latency(runs: Runs, title: str) -> bytes:
@@ -112,10 +104,7 @@ def itl_by_step(runs: Runs, title: str) -> bytes:
             medians.append(v[len(v) // 2] if v else 0.0)
         ax.bar([k + i * width for k in range(len(steps))], medians, width, label=label)
     ax.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(steps))], steps)
-    ax.set_ylabel("ITL p50 (ms)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return _png(plt, fig)
+    return _finish(plt, fig, ax, "step", "ITL p50 (ms)", title)
 
 
 def write_figure(kind: str, runs: Runs, title: str, path: Path) -> Path:
