@@ -259,6 +259,29 @@ def test_trtllm_build_flags_come_from_the_table():
         {None, "FP8", "W8A8_SQ_PER_CHANNEL", "W4A16_AWQ", "W4A8_AWQ", "NVFP4"}
 
 
+def test_a_quantized_checkpoint_plans_in_its_own_format(tmp_path):
+    from toolkit.quantize.formats import formats_of_checkpoint
+
+    # As ModelOpt 0.47's export_hf_checkpoint and export_tensorrt_llm_checkpoint write them.
+    unified, trtllm, plain = tmp_path / "u", tmp_path / "t", tmp_path / "p"
+    for d in (unified, trtllm, plain):
+        d.mkdir()
+    (unified / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "W4A16_AWQ", "kv_cache_quant_algo": "FP8"}}))
+    (trtllm / "config.json").write_text(json.dumps({"quantization": {"quant_algo": "W8A8_SQ_PER_CHANNEL"}}))
+    (plain / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    assert formats_of_checkpoint(unified) == ("int4_awq", "fp8")
+    assert formats_of_checkpoint(trtllm) == ("int8_sq", "none")
+    assert formats_of_checkpoint(plain) is None
+    from toolkit.plan.stage import plan_for_config
+
+    d = plan_for_config(CPU_CONFIG, known_model_spec("llama-3-8b"), "h100-sxm", checkpoint_dir=unified)["deployment"]
+    assert (d["weights"], d["kv_dtype"]) == ("int4_awq", "fp8")
+    d = plan_for_config(CPU_CONFIG, known_model_spec("llama-3-8b"), "h100-sxm", checkpoint_dir=unified,
+                        weights="fp8")["deployment"]
+    assert (d["weights"], d["kv_dtype"]) == ("fp8", "fp8")  # a flag wins
+
+
 def test_fp8_modelopt_config_with_fp8_kv():
     config = modelopt_config("fp8", "fp8")
     assert config["quant_cfg"][-1]["quantizer_name"] == "*[kv]_bmm_quantizer"

@@ -424,7 +424,8 @@ def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, **overrides):
                        f"  link {spec.interconnect_gbs:g} GB/s  weights {','.join(spec.weight_formats())}  [{spec.source}]")
         return
     config, layout = _load(config_path, sets)
-    result, paths = pipeline.plan(config, layout, model=model, gpu=gpu, out_dir=out_dir, **overrides)
+    result, paths = pipeline.plan(config, layout, model=model, gpu=gpu, out_dir=out_dir, checkpoint_dir=model,
+                                  **overrides)
     click.echo(render_table(result))
     click.echo(f"\nplan: {paths['plan']}\nroofline: {paths['roofline']}")
 

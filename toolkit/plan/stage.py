@@ -19,6 +19,7 @@ from toolkit.plan.gpus import catalog_gpu, hardware_spec, is_cpu
 from toolkit.plan.hardware import HardwareSpec
 from toolkit.plan.memory import Deployment, plan_memory, smallest_tp_that_fits
 from toolkit.plan.roofline import ceil_batch, format_comparison, plan_roofline
+from toolkit.quantize.formats import formats_of_checkpoint
 
 # A GPU plan's workload when neither the config nor a flag says (ISL/OSL of docs/gpu-validation.md).
 GPU_DEFAULTS = dict(pp=1, weights="bf16", kv_dtype="bf16", max_num_tokens=8192, batch=8, isl=1024, osl=128)
@@ -78,9 +79,17 @@ def default_plan_dir(build_dir: Path, spec: ModelSpec, device: str) -> Path:
 
 
 def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | None = None, reprobe: bool = False,
-                    step_overhead_ms: float | None = None, **flags) -> dict:
-    """The plan of `spec` deployed as `config` says on `device` (default: its plan.gpu); flags win."""
+                    step_overhead_ms: float | None = None, checkpoint_dir: str | Path | None = None,
+                    **flags) -> dict:
+    """The plan of `spec` deployed as `config` says on `device` (default: its plan.gpu); flags win.
+    A quantized `checkpoint_dir` gives its own formats (what ModelOpt exported) unless flags say."""
     device = device or config.plan.gpu
+    exported = formats_of_checkpoint(checkpoint_dir) if checkpoint_dir else None
+    if exported:
+        qformat, kv = exported
+        flags["weights"] = flags.get("weights") or qformat
+        if kv != "none":
+            flags["kv_dtype"] = flags.get("kv_dtype") or kv
     hw = hardware_spec(device, reprobe=reprobe)
     if hw.kind == "cpu":
         overhead = config.plan.cpu_step_overhead_ms if step_overhead_ms is None else step_overhead_ms

@@ -127,6 +127,29 @@ def weight_bytes_per_element(name: str) -> float:
     return DTYPES[fmt.weight_dtype].bytes + scales
 
 
+def formats_of_checkpoint(checkpoint_dir) -> tuple[str, str] | None:
+    """(qformat, kv_cache_dtype) a checkpoint was exported in, from the quant_algo ModelOpt wrote
+    (hf_quant_config.json of a unified checkpoint, config.json's `quantization` of a TensorRT-LLM one);
+    None when it says nothing (an unquantized checkpoint, or no checkpoint)."""
+    import json
+    from pathlib import Path
+
+    for name, key in (("hf_quant_config.json", "quantization"), ("config.json", "quantization")):
+        path = Path(checkpoint_dir) / name
+        if not path.is_file():
+            continue
+        section = json.loads(path.read_text()).get(key) or {}
+        algo = section.get("quant_algo")
+        if algo:
+            by_algo = {f.trtllm_quant_algo: f.name for f in QFORMATS.values() if f.trtllm_quant_algo}
+            if algo not in by_algo:
+                raise ToolkitError(f"{path}: quant_algo {algo} is not a format this toolkit knows",
+                                   f"use a checkpoint in one of: {', '.join(by_algo)}")
+            kv = {v: k for k, v in TRTLLM_KV_QUANT_ALGO.items() if v}.get(section.get("kv_cache_quant_algo"), "none")
+            return by_algo[algo], kv
+    return None
+
+
 def trtllm_build_flags(qformat_name: str, kv_cache_dtype: str) -> list[str]:
     """The quantization-dependent `trtllm-build` flags. The quantization itself travels in the
     checkpoint (quant_algo / kv_cache_quant_algo in its config), not in flags."""
