@@ -222,3 +222,22 @@ def test_itl_against_context_per_turn():
     assert turns[0]["inter_token_latency_p50_ms"] == pytest.approx(10.0)
     assert turns[1]["inter_token_latency_p50_ms"] == pytest.approx(20.0)
     assert turn_metrics([rec(0, 0, 24, 0.01)]) is None
+
+
+def test_report_lines_per_class_and_per_turn():
+    from toolkit.bench.metrics import calculate_metrics
+    from toolkit.report.workload_tables import workload_lines
+
+    def rec(i, cls, gap, isl):
+        chunks = [1.0 + gap * k for k in range(5)]
+        return RequestRecord(i, "s", 0.9, isl, 5, chunk_times=chunks, end_time=chunks[-1], output_tokens=5,
+                             request_class=cls)
+
+    step = {"classes": {"long": calculate_metrics([rec(0, "long", 0.001, 230)]),
+                        "short": calculate_metrics([rec(1, "short", 0.01, 16), rec(2, "short", 0.03, 16)])},
+            "turns": [{"turn": 0, "context_tokens_mean": 24.0, "inter_token_latency_p50_ms": 4.0},
+                      {"turn": 1, "context_tokens_mean": 70.0, "inter_token_latency_p50_ms": 6.5}]}
+    text = "\n".join(workload_lines(step))
+    assert "| short | 2 / 0 | 16 | 100.0 | " in text and "| 30.0 |" in text  # longest gap of the short class
+    assert "turn 0: 24 tokens → 4.00 ms; turn 1: 70 tokens → 6.50 ms" in text
+    assert workload_lines({}) == []

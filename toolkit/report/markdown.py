@@ -17,6 +17,7 @@ from typing import Callable
 
 from toolkit.bench.metrics import METRICS, RECORD_METRICS
 from toolkit.bench.rundir import RunDir
+from toolkit.report.workload_tables import workload_lines
 
 COLUMNS = ["avg", "min", "max", "std", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99"]
 DEFINITIONS = ("Definitions (genai-perf / AIPerf): TTFT = first response − send; ITL = (latency − TTFT) / "
@@ -190,6 +191,7 @@ def step_table(step: dict) -> str:
     if step["error_count"]:
         kinds = ", ".join(f"{k}: {v}" for k, v in step["errors_by_kind"].items())
         lines.append(f"- **Errors: {step['error_count']}** ({kinds})")
+    lines += workload_lines(step)
     server = step.get("server") or {}
     parts = []
     for model in ("ensemble", "tensorrt_llm"):
