@@ -219,9 +219,17 @@ def test_every_gpu_is_cited_and_sane():
 
 
 def test_plan_outputs(tmp_path):
+    from toolkit.plan.hardware import HardwareSpec
+
     plan = make_plan(known_model_spec("mistral-7b"), GPUS["l40s"], Deployment(weights="fp8", kv_dtype="fp8"))
     paths = write_plan(plan, tmp_path)
-    assert json.loads(paths["plan"].read_text())["memory"]["fits"] is True
+    written = json.loads(paths["plan"].read_text())
+    assert written["memory"]["fits"] is True
+    # Reports rebuild the plan's inputs from plan.json (they never re-plan or re-probe).
+    assert HardwareSpec(**written["gpu"]) == GPUS["l40s"]
+    assert Deployment(**written["deployment"]) == Deployment(weights="fp8", kv_dtype="fp8")
+    cpu = spec_from_probe(PROBE)
+    assert HardwareSpec(**json.loads(json.dumps(cpu.to_dict()))) == cpu
     assert paths["roofline"].read_bytes()[:4] == b"\x89PNG"
     assert "KV capacity" in render_table(plan)
 
