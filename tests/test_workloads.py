@@ -241,3 +241,23 @@ def test_report_lines_per_class_and_per_turn():
     assert "| short | 2 / 0 | 16 | 100.0 | " in text and "| 30.0 |" in text  # longest gap of the short class
     assert "turn 0: 24 tokens → 4.00 ms; turn 1: 70 tokens → 6.50 ms" in text
     assert workload_lines({}) == []
+
+
+def test_aiperf_input_file_flags_pick_the_workload():
+    from toolkit.cli import SWEEP_FLAGS, _param_name, sweep_overrides
+
+    def overrides(**given):
+        flags = {_param_name(decls): None for _, decls, _ in SWEEP_FLAGS}
+        flags.update(concurrencies=(), rates=(), **given)
+        return sweep_overrides(flags)
+
+    trace = overrides(input_file="t.jsonl", custom_dataset_type="mooncake_trace")
+    assert trace["sweep.workload.kind"] == "trace" and trace["sweep.workload.path"] == "t.jsonl"
+    assert overrides(input_file="d.json")["sweep.workload.kind"] == "dataset"
+    assert overrides(input_file="d.jsonl", workload="multi_turn")["sweep.workload.kind"] == "multi_turn"
+    assert overrides()["sweep.workload.kind"] is None
+
+
+def test_a_trace_given_as_a_dataset_says_so():
+    with pytest.raises(ToolkitError, match="looks like a Mooncake trace"):
+        read_dataset(workload_sample("mooncake_trace_sample.jsonl"))

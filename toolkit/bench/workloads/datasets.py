@@ -84,6 +84,9 @@ def read_dataset(path: str | Path) -> list[DatasetEntry]:
                 except json.JSONDecodeError:
                     raise ToolkitError(f"{path}:{number} is not a JSON object", _FIX) from None
     entries = [e for e in map(parse_entry, objects) if e is not None]
+    if not entries and any(isinstance(o, dict) and "input_length" in o for o in objects):
+        raise ToolkitError(f"{path} looks like a Mooncake trace (input_length, no text), not a dataset",
+                           "replay it as one: sweep.workload.kind=trace (--custom-dataset-type mooncake_trace)")
     if not entries:
         raise ToolkitError(f"{path} has no usable prompt ({len(objects)} objects read)", _FIX)
     return entries
