@@ -311,6 +311,7 @@ def end_process_group(pgid: int, grace_s: float = 40) -> list[str]:
         while group_members(pgid) and time.monotonic() < deadline:
             _reap(pgid)
             time.sleep(0.05)
+    _reap(pgid)  # the leader may have turned zombie after the last look: reap it (when it is our child)
     return [f"{name} ({pid})" for pid, name in members]
 
 
