@@ -35,7 +35,8 @@ class MultiTurnWorkload(Workload):
     def history_budget(self, output_tokens: int) -> int:
         """Tokens of history a turn may carry: the engine's window less the new message and the answer."""
         w = self.settings.workload
-        room = min(w.max_input_tokens or 10**9, (w.max_total_tokens or 10**9) - output_tokens) - w.turn_tokens
+        # Two tokens of slack: history and message can tokenize one or two tokens longer once joined.
+        room = min(w.max_input_tokens or 10**9, (w.max_total_tokens or 10**9) - output_tokens) - w.turn_tokens - 2
         return min(room, w.history_tokens) if w.history_tokens else room
 
     async def conversation(self, number: int, step: StepSpec, budget: Budget, send, seed: int) -> None:
