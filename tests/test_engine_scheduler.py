@@ -236,3 +236,17 @@ def test_timeline_records_each_step_and_exports_a_trace(tmp_path):
     out = copy_window(tmp_path / "timeline.jsonl", tmp_path, begin, time.time())
     trace = json.loads(out.with_suffix(".trace.json").read_text())
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == len(steps)
+
+
+def test_timeline_file_rotates_and_is_read_across_the_rotation(tmp_path, monkeypatch):
+    from toolkit.engine.runtime.timeline import Timeline, read_timeline
+
+    monkeypatch.setattr(Timeline, "MAX_FILE_BYTES", 2000)
+    timeline = Timeline(tmp_path / "t.jsonl")
+    engine = Engine(PagedTokenRunner(32, 4), SchedulerConfig(max_batch_size=4, max_num_tokens=64, max_seq_len=96,
+                                                             block_size=4, num_blocks=32), timeline=timeline)
+    engine.generate([PROMPTS[0]], 40)
+    timeline.close()
+    assert (tmp_path / "t.jsonl.1").is_file() and (tmp_path / "t.jsonl").stat().st_size <= 2000
+    steps = [s.step for s in read_timeline(tmp_path / "t.jsonl")]
+    assert steps == list(range(steps[0], 41)) and steps[0] > 1  # the latest steps, in order, none lost between

@@ -41,11 +41,16 @@ class StepRecord:
 
 
 class Timeline:
+    # A server runs for days: past this size the file moves to <name>.1 (replacing the previous one) and a
+    # new one starts, so the timeline keeps the latest steps in at most twice this much disk.
+    MAX_FILE_BYTES = 64 << 20
+
     def __init__(self, path: str | Path | None = None, keep: int = 4096):
         self.records: deque[StepRecord] = deque(maxlen=keep)
         self.path = Path(path) if path else None
         self._lock = threading.Lock()
         self._file = None
+        self._written = 0
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("w", buffering=1)  # a server start begins a fresh timeline
@@ -54,7 +59,13 @@ class Timeline:
         with self._lock:
             self.records.append(record)
             if self._file:
-                self._file.write(json.dumps(asdict(record)) + "\n")
+                line = json.dumps(asdict(record)) + "\n"
+                if self._written + len(line) > self.MAX_FILE_BYTES:
+                    self._file.close()
+                    self.path.replace(rotated(self.path))
+                    self._file, self._written = self.path.open("w", buffering=1), 0
+                self._file.write(line)
+                self._written += len(line)
 
     def close(self) -> None:
         with self._lock:
@@ -63,19 +74,25 @@ class Timeline:
                 self._file = None
 
 
+def rotated(path: Path) -> Path:
+    return path.with_name(path.name + ".1")
+
+
 def read_timeline(path: str | Path, start: float | None = None, end: float | None = None) -> list[StepRecord]:
-    """Steps that began within [start, end] (wall clock); a half-written last line is skipped."""
+    """Steps that began within [start, end] (wall clock), from the file and its rotated predecessor;
+    a half-written last line is skipped."""
     records = []
     path = Path(path)
-    if not path.is_file():
-        return records
-    for line in path.read_text().splitlines():
-        try:
-            record = StepRecord(**json.loads(line))
-        except (ValueError, TypeError):
+    for part in (rotated(path), path):
+        if not part.is_file():
             continue
-        if (start is None or record.start >= start) and (end is None or record.start <= end):
-            records.append(record)
+        for line in part.read_text().splitlines():
+            try:
+                record = StepRecord(**json.loads(line))
+            except (ValueError, TypeError):
+                continue
+            if (start is None or record.start >= start) and (end is None or record.start <= end):
+                records.append(record)
     return records
 
 
