@@ -315,3 +315,11 @@ def test_shared_prefix_scenario_end_to_end(tmp_path, tiny_model_dir):
         assert {r.request_class for r in run.records() if not r.warmup} == {"prefix0", "prefix1"}
         assert run.summary["run"]["engine"]["enable_kv_cache_reuse"] == (label == "prefix-reuse")
     assert "prefix-reuse" in (out / "scenario.md").read_text() and (out / "scenario.png").is_file()
+
+
+def test_itl_with_context_is_read_within_a_request_class(tmp_path):
+    """A mixed workload: short streams' ITL is flat; the few long prompts decode slower beside them.
+    Across classes ITL would correlate with prompt length; within each it does not."""
+    shorts = [stream(i, "concurrency_2", 0.0, 0.02, [0.005] * 15, isl=14 + i % 4, cls="short") for i in range(12)]
+    longs = [stream(20 + i, "concurrency_2", 0.0, 0.2, [0.02, 0.02], isl=230 + i, cls="long") for i in range(3)]
+    assert not found(make_run(tmp_path, {"concurrency_2": (2, shorts + longs)}), "itl_grows_with_context")
