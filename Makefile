@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 CONFIG ?= configs/cpu-small.yaml
 TOOLKIT := $(BIN)/toolkit
 
-.PHONY: setup demo test test-fast model quantize engine repo serve stop sweep report clean
+.PHONY: setup setup-tools demo test test-fast model quantize engine repo serve stop sweep report clean
 
 setup: $(VENV)/.installed
 
@@ -24,7 +24,14 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(TOOLKIT) demo --config $(CONFIG)
 
-test: setup
+# Debian's promtool + prometheus and haproxy: the deploy tests (promtool check/test rules) and the
+# autoscaling testbed run them; without them (not root, no apt) those tests skip, naming what is missing.
+setup-tools:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v haproxy >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      prometheus haproxy >/dev/null; } || echo "setup-tools: could not install prometheus/haproxy; their tests will skip"
+
+test: setup setup-tools
 	$(BIN)/python -m pytest -q
 
 test-fast: setup

@@ -229,9 +229,6 @@ ENDPOINT_TYPES = {"chat": "openai-chat", "completions": "openai-completions", "k
 
 # The sweep's flags, one row each: config key (None: handled in the command), the flag's spellings (ours first,
 # then genai-perf / AIPerf's), and click's settings. Errors in a value given by flag name the flag (FLAG_FOR_KEY).
-# AIPerf's --custom-dataset-type → sweep.workload.kind (ShareGPT files are read as datasets too).
-DATASET_TYPES = {"single_turn": "dataset", "sharegpt": "dataset", "mooncake_trace": "trace"}
-
 SWEEP_FLAGS = (
     ("sweep.concurrencies", ("--concurrency", "concurrencies"), dict(type=int, multiple=True,
                                                                      help="Requests in flight, repeatable; concurrency mode.")),
@@ -265,14 +262,6 @@ SWEEP_FLAGS = (
     (None, ("--streaming",), dict(is_flag=True, help="Accepted for genai-perf / AIPerf command lines: the sweep "
                                                      "always streams (TTFT and ITL need it).")),
     (None, ("--tokenizer",), dict(help="Tokenizer directory (default: the engine's).")),
-    ("sweep.workload.kind", ("--workload",), dict(type=click.Choice(
-        ["synthetic", "dataset", "trace", "shared_prefix", "multi_turn", "mixed"]), help="What the requests ask for "
-        "(README: Workloads and scenarios); settings under sweep.workload.* via --set.")),
-    ("sweep.workload.path", ("--input-file", "input_file"), dict(
-        help="A dataset (ShareGPT JSON, JSONL of {\"text\", \"output_length\"}) or, with --custom-dataset-type "
-             "mooncake_trace, a trace; genai-perf / AIPerf --input-file.")),
-    (None, ("--custom-dataset-type", "custom_dataset_type"), dict(type=click.Choice(list(DATASET_TYPES)),
-                                                                  help="AIPerf's name for the --input-file format.")),
 )
 
 FLAG_FOR_KEY = {key: decls[0] for key, decls, _ in SWEEP_FLAGS if key} | {
@@ -298,8 +287,6 @@ def sweep_overrides(flags: dict) -> dict:
             raise ToolkitError(f"--endpoint {flags['endpoint']} and --endpoint-type {flags['endpoint_type']} disagree",
                                "give one of them")
         overrides["sweep.endpoint"] = chosen
-    if flags["custom_dataset_type"] or (flags["input_file"] and not flags["workload"]):
-        overrides["sweep.workload.kind"] = DATASET_TYPES[flags["custom_dataset_type"] or "single_turn"]
     if flags["duration"] is not None and flags["requests"] is None:
         overrides["sweep.requests_per_step"] = "null"  # a duration alone bounds the step, not the config's count
     return overrides | parse_slo(flags["slo"]) | parse_goodput(flags["goodput"])
@@ -469,6 +456,28 @@ def deploy_k8s_cmd(config_path, sets, out_dir, autoscaler, disaggregated, rate, 
         click.echo(f"split: {split.prefill_replicas} prefill + {split.decode_replicas} decode replicas "
                    f"(decode batch {split.decode_batch}, expected TTFT {split.expected_ttft_s * 1000:.0f} ms)")
     click.echo(f"wrote {len(files)} files to {out_dir} (apply: kubectl apply -k {out_dir})")
+
+
+@deploy_cmd.command("testbed")
+@config_options
+@click.option("--rates", default="1,6,1", show_default=True, help="The ramp: requests/s per step, low → high → low.")
+@click.option("--step-duration", type=float, default=60, show_default=True, help="Seconds per rate step.")
+@click.option("--sync", "sync_s", type=float, default=5, show_default=True, help="Controller period (the HPA's is 15 s).")
+@click.option("--out", "out_root", type=click.Path(path_type=Path), default=Path("perf/testbed"), show_default=True)
+def deploy_testbed_cmd(config_path, sets, rates, step_duration, sync_s, out_root):
+    """Replicas of the CPU deployment behind haproxy, Prometheus on the emitted rules, and the HPA's
+    algorithm scaling them, under a rate ramp; writes a timeline, plot and summary."""
+    from toolkit.deploy.testbed.run import run_testbed
+
+    try:
+        ramp = [float(r) for r in rates.split(",")]
+    except ValueError:
+        raise ToolkitError(f"--rates {rates!r} is not a list of numbers", "write e.g. --rates 1,6,1") from None
+    config, _ = _load(config_path, sets)
+    out = run_testbed(config, ramp, step_duration, out_root, sync_s, progress=click.echo)
+    summary = (out / "summary.json").read_text()
+    click.echo(summary)
+    click.echo(f"testbed: {out} (timeline.png, timeline.jsonl, summary.json)")
 
 
 @cli.command("demo")

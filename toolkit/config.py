@@ -267,6 +267,8 @@ class DeploySection(_Section):
     waiting_requests_target: float = Field(4, gt=0)
     scale_up_window_s: int = Field(0, ge=0, le=3600)  # the HPA's defaults: react up at once,
     scale_down_window_s: int = Field(300, ge=0, le=3600)  # down only after 5 min of lower recommendations
+    # Rate limits per period: up by 2 replicas or 100 %, down by 1 replica, whichever the HPA allows.
+    scale_period_s: int = Field(60, ge=1, le=1800)
     drain_timeout_s: int = Field(120, ge=1)  # in-flight streams get this long to finish on scale-down
     kv_alert_ratio: float = Field(0.9, gt=0, le=1)
     slo_ttft_ms: float = Field(2000, gt=0)  # TTFT p95 objective the alert holds the deployment to

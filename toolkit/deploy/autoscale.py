@@ -24,13 +24,13 @@ def targets(config: DeploymentConfig) -> dict[str, float]:
 
 
 def behavior(config: DeploymentConfig) -> dict:
-    d = config.deploy
+    d, period = config.deploy, config.deploy.scale_period_s
     return {"scaleUp": {"stabilizationWindowSeconds": d.scale_up_window_s, "selectPolicy": "Max",
-                        "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60},
-                                     {"type": "Percent", "value": 100, "periodSeconds": 60}]},
+                        "policies": [{"type": "Pods", "value": 2, "periodSeconds": period},
+                                     {"type": "Percent", "value": 100, "periodSeconds": period}]},
             # One replica at a time: each drains its in-flight streams before the next goes.
             "scaleDown": {"stabilizationWindowSeconds": d.scale_down_window_s, "selectPolicy": "Max",
-                          "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}}
+                          "policies": [{"type": "Pods", "value": 1, "periodSeconds": period}]}}
 
 
 def hpa(config: DeploymentConfig) -> dict:

@@ -1,0 +1,51 @@
+"""Replicas of the CPU deployment: each a real Triton server (toolkit serve's start/stop) with its own
+name, ports, log and state file."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from toolkit.config import ArtifactLayout, DeploymentConfig
+from toolkit.serve.server import ServerHandle, start_server, stop_server
+
+# In-flight requests as the engine reports them: TensorRT-LLM's name, or the CPU engine's older one.
+_ACTIVE = re.compile(r'^(?:nv_trt_llm_request_metrics\{[^}]*request_type="active"[^}]*\}'
+                     r'|toolkit_active_requests(?:\{[^}]*\})?) ([0-9.eE+-]+)$', re.M)
+
+
+@dataclass
+class Replica:
+    index: int
+    name: str
+    handle: ServerHandle
+    state_file: Path
+    started: float
+
+
+def start_replica(config: DeploymentConfig, layout: ArtifactLayout, index: int, work_dir: Path) -> Replica:
+    name = f"{config.name}-r{index}"
+    state_file = work_dir / "replicas" / f"{name}.json"
+    handle = start_server(config.model_copy(update={"name": name}), layout.repo_dir, work_dir, state_file)
+    return Replica(index, name, handle, state_file, time.perf_counter())
+
+
+def stop_replica(replica: Replica) -> None:
+    stop_server(replica.state_file)
+
+
+def in_flight(replica: Replica) -> float:
+    """Requests the engine holds (queued or generating); 0 when the server no longer answers."""
+    try:
+        text = requests.get(replica.handle.metrics_url, timeout=2).text
+    except requests.RequestException:
+        return 0.0
+    return sum(float(v) for v in _ACTIVE.findall(text))
+
+
+def exports_shared_names(replica: Replica) -> bool:
+    return "nv_trt_llm_kv_cache_block_metrics" in requests.get(replica.handle.metrics_url, timeout=5).text
