@@ -229,6 +229,9 @@ ENDPOINT_TYPES = {"chat": "openai-chat", "completions": "openai-completions", "k
 
 # The sweep's flags, one row each: config key (None: handled in the command), the flag's spellings (ours first,
 # then genai-perf / AIPerf's), and click's settings. Errors in a value given by flag name the flag (FLAG_FOR_KEY).
+# AIPerf's --custom-dataset-type → sweep.workload.kind (ShareGPT files are read as datasets too).
+DATASET_TYPES = {"single_turn": "dataset", "sharegpt": "dataset", "mooncake_trace": "trace"}
+
 SWEEP_FLAGS = (
     ("sweep.concurrencies", ("--concurrency", "concurrencies"), dict(type=int, multiple=True,
                                                                      help="Requests in flight, repeatable; concurrency mode.")),
@@ -262,6 +265,14 @@ SWEEP_FLAGS = (
     (None, ("--streaming",), dict(is_flag=True, help="Accepted for genai-perf / AIPerf command lines: the sweep "
                                                      "always streams (TTFT and ITL need it).")),
     (None, ("--tokenizer",), dict(help="Tokenizer directory (default: the engine's).")),
+    ("sweep.workload.kind", ("--workload",), dict(type=click.Choice(
+        ["synthetic", "dataset", "trace", "shared_prefix", "multi_turn", "mixed"]), help="What the requests ask for "
+        "(README: Workloads and scenarios); settings under sweep.workload.* via --set.")),
+    ("sweep.workload.path", ("--input-file", "input_file"), dict(
+        help="A dataset (ShareGPT JSON, JSONL of {\"text\", \"output_length\"}) or, with --custom-dataset-type "
+             "mooncake_trace, a trace; genai-perf / AIPerf --input-file.")),
+    (None, ("--custom-dataset-type", "custom_dataset_type"), dict(type=click.Choice(list(DATASET_TYPES)),
+                                                                  help="AIPerf's name for the --input-file format.")),
 )
 
 FLAG_FOR_KEY = {key: decls[0] for key, decls, _ in SWEEP_FLAGS if key} | {
@@ -287,6 +298,8 @@ def sweep_overrides(flags: dict) -> dict:
             raise ToolkitError(f"--endpoint {flags['endpoint']} and --endpoint-type {flags['endpoint_type']} disagree",
                                "give one of them")
         overrides["sweep.endpoint"] = chosen
+    if flags["custom_dataset_type"] or (flags["input_file"] and not flags["workload"]):
+        overrides["sweep.workload.kind"] = DATASET_TYPES[flags["custom_dataset_type"] or "single_turn"]
     if flags["duration"] is not None and flags["requests"] is None:
         overrides["sweep.requests_per_step"] = "null"  # a duration alone bounds the step, not the config's count
     return overrides | parse_slo(flags["slo"]) | parse_goodput(flags["goodput"])
