@@ -1,7 +1,7 @@
 """Writes docker/grafana/dashboards/llm-serving.json (run: python docker/make_dashboard.py).
 
-Panels use Triton core metrics, the TensorRT-LLM backend's (nv_trt_llm_*), and the CPU engine's
-(toolkit_*); each panel shows whichever the running deployment exports.
+Panels use Triton core metrics, the TensorRT-LLM backend's (nv_trt_llm_*, which the CPU engine
+exports as well), and the toolkit's phase histograms (toolkit_*, which TensorRT-LLM lacks).
 """
 
 import json
@@ -31,15 +31,19 @@ PANELS = [
     ("Compute time per request by model (ms)", "ms", [
         ("{{model}}", f"rate(nv_inference_compute_infer_duration_us[{RATE}]) / clamp_min(rate(nv_inference_request_success[{RATE}]), 1e-9) / 1000"),
     ]),
+    # TensorRT-LLM's Triton backend families: the CPU engine exports them too (toolkit/engine/runtime/metrics.py).
     ("KV-cache blocks", "short", [
-        ("used (CPU engine)", "toolkit_kv_cache_blocks_used"),
-        ("max (CPU engine)", "toolkit_kv_cache_blocks_max"),
-        ("used (TensorRT-LLM)", 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"}'),
-        ("max (TensorRT-LLM)", 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}'),
+        ("used", 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"}'),
+        ("max", 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}'),
     ]),
-    ("Requests in flight and pending", "short", [
-        ("active (CPU engine)", "toolkit_active_requests"),
-        ("generation requests (TensorRT-LLM)", 'nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="generation_requests"}'),
+    ("KV-cache occupancy (what the autoscaler targets)", "percentunit", [
+        ("{{pod}}", 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"} / ignoring(kv_cache_block_type) '
+                    '(nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"} > 0)'),
+    ]),
+    ("Requests in flight and waiting", "short", [
+        ("active", 'nv_trt_llm_request_metrics{request_type="active"}'),
+        ("waiting (queued for a batch slot)", 'nv_trt_llm_request_metrics{request_type="waiting"}'),
+        ("generation requests", 'nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="generation_requests"}'),
         ("pending {{model}}", "nv_inference_pending_request_count"),
     ]),
     ("Throughput", "short", [

@@ -176,3 +176,20 @@ def test_the_rules_read_names_the_cpu_engine_exports():
         assert families[family].label == label and set(values) <= set(families[family].values)
     toolkit_names = {name for name, _, _ in TOOLKIT_METRICS}
     assert {n.PREFILL_SECONDS, n.DECODE_SECONDS, n.GENERATED_TOKENS} <= toolkit_names
+
+
+def test_the_pod_launches_triton_as_toolkit_serve_does():
+    from toolkit.deploy.launch import leader_script, server_command
+
+    base = {"deploy.artifacts": {"kind": "pvc", "claim": "m"}}
+    one = server_command(load_config("configs/cpu-tiny.yaml", base))
+    assert one.startswith("tritonserver --model-repository=/work/model_repo/cpu-tiny") and "--http-port=8000" in one
+    assert "--log-file" not in one and "mpirun" not in one
+    tp2 = server_command(load_config(GPU[1], base))
+    assert tp2.startswith("mpirun --allow-run-as-root -n 1 tritonserver") and tp2.count("tritonserver") == 2
+    llmapi = server_command(load_config(GPU[1], {**base, "engine.target": "llmapi"}))
+    assert llmapi.count("trtllm-llmapi-launch tritonserver") == 2
+    multi = load_config(GPU[1], {**base, "parallel.tp": 8, "parallel.pp": 2})
+    script = leader_script(multi, 2)
+    assert 'mpirun --allow-run-as-root --host "$HOSTS" -mca plm_rsh_agent /opt/deploy/kubessh' in script
+    assert script.count("tritonserver") == 16 and "want=2" in script

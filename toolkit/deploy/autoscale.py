@@ -18,6 +18,12 @@ def quantity(value: float) -> str:
     return f"{round(value * 1000)}m"
 
 
+def parse_quantity(text: str | int | float) -> float:
+    """The inverse of `quantity` (plain numbers and milli-units)."""
+    text = str(text)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
 def targets(config: DeploymentConfig) -> dict[str, float]:
     """Recorded series → per-pod target value."""
     return {n.KV_OCCUPANCY: config.deploy.kv_occupancy_target, n.WAITING: config.deploy.waiting_requests_target}

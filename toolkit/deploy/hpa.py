@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from toolkit.deploy.autoscale import parse_quantity
+
 TOLERANCE = 0.1
 
 
@@ -77,7 +79,7 @@ class Autoscaler:
     def from_hpa(cls, hpa: dict, series_of: dict[str, str]) -> "Autoscaler":
         """From an emitted autoscaling/v2 HPA; `series_of` maps its metric names to the recorded series."""
         spec = hpa["spec"]
-        targets = {series_of[m["pods"]["metric"]["name"]]: _quantity(m["pods"]["target"]["averageValue"])
+        targets = {series_of[m["pods"]["metric"]["name"]]: parse_quantity(m["pods"]["target"]["averageValue"])
                    for m in spec["metrics"]}
         behavior = spec.get("behavior", {})
         return cls(spec.get("minReplicas", 1), spec["maxReplicas"], targets,
@@ -138,8 +140,3 @@ class Autoscaler:
         if wanted != current:
             self.events = [(t, c) for t, c in self.events if t > now - 1800] + [(now, wanted - current)]
         return Decision(wanted, raw, why)
-
-
-def _quantity(text: str | int | float) -> float:
-    text = str(text)
-    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)

@@ -1,9 +1,8 @@
 """What runs inside a cluster pod: the Triton command line and the small scripts beside it. Pure strings.
 
-Rank 0's tritonserver flags are the ones `toolkit serve` uses (toolkit/serve/server.py), bound to all
-interfaces on Triton's standard ports. TP × PP > 1 on the engine target launches one MPI rank per GPU;
-the LLM-API target runs `trtllm-llmapi-launch` under MPI, which keeps rank 0 serving and turns the
-others into LLM-API workers.
+The command line is the one `toolkit serve` uses (toolkit/serve/server.py: one MPI rank per GPU when
+TP × PP > 1, each wrapped in `trtllm-llmapi-launch` for the LLM-API target), bound to all interfaces on
+Triton's standard ports, logging to stdout where the cluster collects it.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def _rank_commands(config: DeploymentConfig) -> list[str]:
 
     install = TritonInstall(binary=Path("tritonserver"))
     cmd = tritonserver_command(install, Path(repo_path(config)), "0.0.0.0", PORTS, Path("-"),
-                               1 if config.engine.target == "llmapi" else config.parallel.world_size)
+                               config.parallel.world_size, llmapi=config.engine.target == "llmapi")
     # In a pod Triton logs to stdout, where the cluster collects it.
     return [arg for arg in cmd if not arg.startswith("--log-file=")]
 
@@ -43,9 +42,6 @@ def _rank_commands(config: DeploymentConfig) -> list[str]:
 def server_command(config: DeploymentConfig, hosts: str | None = None) -> str:
     """The shell command of the serving container (rank 0). `hosts`: an mpirun --host list (multi-node)."""
     cmd = _rank_commands(config)
-    world = config.parallel.world_size
-    if config.engine.target == "llmapi" and world > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "-np", str(world), "trtllm-llmapi-launch"] + cmd
     if hosts and cmd[0] == "mpirun":
         cmd = cmd[:2] + ["--host", "$HOSTS", "-mca", "plm_rsh_agent", f"{SCRIPTS_DIR}/kubessh"] + cmd[2:]
     text = shlex.join(cmd)

@@ -16,37 +16,21 @@ from toolkit.errors import ToolkitError
 
 JOB = "testbed"
 
-# Today's CPU engine, before it exported TensorRT-LLM's families: renamed at scrape time so the rule
-# file stays the cluster's. Used only when a replica's /metrics lacks the shared names.
-COMPAT_RELABEL = [
-    {"source_labels": ["__name__"], "regex": "toolkit_kv_cache_blocks_(used|max)",
-     "target_label": "kv_cache_block_type", "replacement": "$1"},
-    {"source_labels": ["__name__"], "regex": "toolkit_kv_cache_blocks_(used|max)",
-     "target_label": "__name__", "replacement": "nv_trt_llm_kv_cache_block_metrics"},
-    {"source_labels": ["__name__"], "regex": "toolkit_active_requests",
-     "target_label": "request_type", "replacement": "active"},
-    {"source_labels": ["__name__"], "regex": "toolkit_active_requests",
-     "target_label": "__name__", "replacement": "nv_trt_llm_request_metrics"},
-]
-
-
-def config_dict(rules: Path, targets: Path, interval_s: float, compat: bool) -> dict:
+def config_dict(rules: Path, targets: Path, interval_s: float) -> dict:
     scrape = {"job_name": JOB, "file_sd_configs": [{"files": [str(targets)], "refresh_interval": f"{interval_s:g}s"}]}
-    if compat:
-        scrape["metric_relabel_configs"] = COMPAT_RELABEL
     return {"global": {"scrape_interval": f"{interval_s:g}s", "evaluation_interval": f"{interval_s:g}s"},
             "rule_files": [str(rules)], "scrape_configs": [scrape]}
 
 
 class Prometheus:
-    def __init__(self, work_dir: Path, rules: Path, port: int, interval_s: float = 2.0, compat: bool = False):
+    def __init__(self, work_dir: Path, rules: Path, port: int, interval_s: float = 2.0):
         binary = shutil.which("prometheus")
         if not binary:
             raise ToolkitError("prometheus is not installed", "run `make setup-tools` (apt-get install prometheus)")
         self.targets = work_dir / "targets.json"
         self.set_targets({})
         config = work_dir / "prometheus.yml"
-        config.write_text(yaml.safe_dump(config_dict(rules.resolve(), self.targets.resolve(), interval_s, compat)))
+        config.write_text(yaml.safe_dump(config_dict(rules.resolve(), self.targets.resolve(), interval_s)))
         self.url = f"http://127.0.0.1:{port}"
         self.log = (work_dir / "prometheus.log").open("w")
         self.proc = subprocess.Popen(

@@ -13,9 +13,8 @@ import requests
 from toolkit.config import ArtifactLayout, DeploymentConfig
 from toolkit.serve.server import ServerHandle, start_server, stop_server
 
-# In-flight requests as the engine reports them: TensorRT-LLM's name, or the CPU engine's older one.
-_ACTIVE = re.compile(r'^(?:nv_trt_llm_request_metrics\{[^}]*request_type="active"[^}]*\}'
-                     r'|toolkit_active_requests(?:\{[^}]*\})?) ([0-9.eE+-]+)$', re.M)
+# In-flight requests (queued or generating) under TensorRT-LLM's name, which the CPU engine exports.
+_ACTIVE = re.compile(r'^nv_trt_llm_request_metrics\{[^}]*request_type="active"[^}]*\} ([0-9.eE+-]+)$', re.M)
 
 
 @dataclass
@@ -45,7 +44,3 @@ def in_flight(replica: Replica) -> float:
     except requests.RequestException:
         return 0.0
     return sum(float(v) for v in _ACTIVE.findall(text))
-
-
-def exports_shared_names(replica: Replica) -> bool:
-    return "nv_trt_llm_kv_cache_block_metrics" in requests.get(replica.handle.metrics_url, timeout=5).text

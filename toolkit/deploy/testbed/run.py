@@ -28,7 +28,7 @@ from toolkit.deploy.testbed.controller import Controller
 from toolkit.deploy.testbed.haproxy import Haproxy
 from toolkit.deploy.testbed.plot import plot_timeline
 from toolkit.deploy.testbed.prometheus import Prometheus
-from toolkit.deploy.testbed.replicas import exports_shared_names, start_replica
+from toolkit.deploy.testbed.replicas import start_replica
 from toolkit.errors import ToolkitError
 from toolkit.serve.server import free_port
 
@@ -73,8 +73,7 @@ def run_testbed(config: DeploymentConfig, rates: list[float], step_s: float, out
     prometheus = controller = None
     try:
         first = start(0)
-        compat = not exports_shared_names(first)
-        prometheus = Prometheus(out, rules, free_port(), interval_s=min(2.0, sync_s), compat=compat)
+        prometheus = Prometheus(out, rules, free_port(), interval_s=min(2.0, sync_s))
         controller = Controller(autoscaler, start, haproxy, prometheus, out / "timeline.jsonl", sync_s,
                                 config.deploy.drain_timeout_s, log=lambda line: progress(f"      {line}"))
         controller.ready[0] = first
@@ -84,7 +83,7 @@ def run_testbed(config: DeploymentConfig, rates: list[float], step_s: float, out
         controller._targets()
         _wait_routable(haproxy, config.deploy.min_replicas)
         progress(f"[3/5] testbed    haproxy {haproxy.url} → {config.deploy.min_replicas} replica(s); "
-                 f"prometheus {prometheus.url}" + (" (CPU engine's older metric names, renamed at scrape)" if compat else ""))
+                 f"prometheus {prometheus.url}")
         controller.start_loop()
         target = Target(grpc_url=None, http_url=haproxy.url, ready_url=f"{haproxy.url}/v2/health/ready")
         run_dir = pipeline.sweep(config, layout, target=target, progress=lambda line: progress(f"[4/5] {line}"),
