@@ -193,3 +193,13 @@ def test_the_pod_launches_triton_as_toolkit_serve_does():
     script = leader_script(multi, 2)
     assert 'mpirun --allow-run-as-root --host "$HOSTS" -mca plm_rsh_agent /opt/deploy/kubessh' in script
     assert script.count("tritonserver") == 16 and "want=2" in script
+
+
+def test_plan_prints_the_split_for_a_target_load(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "plan", *GPU, "--out", str(tmp_path), "--split-rate", "20",
+                           "--slo", "ttft=500ms,itl=30ms"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "disaggregated at 20 requests/s" in proc.stdout and "prefill replica(s)" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "plan", *GPU, "--out", str(tmp_path), "--split-rate", "20",
+                           "--slo", "ttft=1ms,itl=30ms"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "no replica count meets it" in proc.stderr

@@ -424,7 +424,10 @@ def scenario_cmd(name, config_path, sets, repeat, out_root, list_them):
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Where plan.json and roofline.png go (default: build/plans/<model>-<gpu>/).")
 @click.option("--list-gpus", is_flag=True, help="List the GPU catalog and exit.")
-def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, **overrides):
+@click.option("--split-rate", type=float, default=None,
+              help="Disaggregated serving: size prefill and decode replicas for this many requests/s (with --slo).")
+@click.option("--slo", default=None, help="With --split-rate: the objectives, e.g. ttft=500ms,itl=30ms.")
+def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, split_rate, slo, **overrides):
     """Memory and roofline plan: will it fit, on how many GPUs, and what TTFT / ITL the hardware allows."""
     from toolkit import pipeline
     from toolkit.plan.gpus import GPUS
@@ -440,6 +443,14 @@ def plan_cmd(config_path, sets, model, gpu, out_dir, list_gpus, **overrides):
     result, paths = pipeline.plan(config, layout, model=model, gpu=gpu, out_dir=out_dir, checkpoint_dir=model,
                                   **overrides)
     click.echo(render_table(result))
+    if split_rate is not None:
+        from toolkit.plan.disagg import render_split, split
+
+        slos = parse_slo(slo)
+        if not {"sweep.slo_ttft_ms", "sweep.slo_itl_ms"} <= set(slos):
+            raise ToolkitError("--split-rate needs both objectives", "pass --slo ttft=500ms,itl=30ms")
+        ttft, itl = slos["sweep.slo_ttft_ms"] / 1000, slos["sweep.slo_itl_ms"] / 1000
+        click.echo("\n" + render_split(split(result, split_rate, ttft, itl), split_rate, ttft, itl))
     click.echo(f"\nplan: {paths['plan']}\nroofline: {paths['roofline']}")
 
 

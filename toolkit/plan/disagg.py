@@ -67,3 +67,11 @@ def split(plan: dict, requests_per_s: float, ttft_slo_s: float, itl_slo_s: float
                        prefill_seconds=prefill_s, prefill_utilization=rho,
                        expected_ttft_s=prefill_s + rho * prefill_s / (2 * (1 - rho)),
                        decode_step_s=point["step_seconds"])
+
+
+def render_split(result: DisaggSplit, requests_per_s: float, ttft_slo_s: float, itl_slo_s: float) -> str:
+    return (f"disaggregated at {requests_per_s:g} requests/s (TTFT ≤ {ttft_slo_s * 1000:g} ms, ITL ≤ "
+            f"{itl_slo_s * 1000:g} ms): {result.prefill_replicas} prefill replica(s) at "
+            f"{result.prefill_utilization:.0%} busy (prefill {result.prefill_seconds * 1000:.1f} ms, expected mean "
+            f"TTFT {result.expected_ttft_s * 1000:.1f} ms) + {result.decode_replicas} decode replica(s) of batch "
+            f"{result.decode_batch} (step {result.decode_step_s * 1000:.2f} ms)")
