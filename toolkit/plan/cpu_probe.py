@@ -22,6 +22,7 @@ import time
 
 from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
+from toolkit.quantize.formats import DTYPES
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
 VERSION = 2  # bump when the probe measures differently: older caches are measured again
@@ -49,6 +50,7 @@ def _kernel(name: str, out_features: int, in_features: int):
 
     block = min(out_features, 1024)
     repeats = out_features // block
+    out_features = block * repeats
     if name in ("fp32", "bf16"):
         dtype = torch.float32 if name == "fp32" else torch.bfloat16
         weight = torch.randn(block, in_features, dtype=dtype).repeat(repeats, 1)
@@ -72,8 +74,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     figures = {}
     # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1.
     for name in KERNELS:
-        bytes_per_weight = {"fp32": 4, "bf16": 2, "int8": 1, "int4": 0.5}[name]
-        out_features = int(stream_mib * 2**20 / (4096 * bytes_per_weight)) // 128 * 128
+        out_features = int(stream_mib * 2**20 / (4096 * DTYPES[name].bytes)) // 128 * 128
         nbytes, dtype, fn = _kernel(name, out_features, 4096)
         x = torch.randn(1, 4096, dtype=dtype)
         figures[f"gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
