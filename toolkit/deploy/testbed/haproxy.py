@@ -8,6 +8,7 @@ import io
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
@@ -50,12 +51,23 @@ class Haproxy:
         binary = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
         if not binary:
             raise ToolkitError("haproxy is not installed", "run `make setup-tools` (apt-get install haproxy)")
+        work_dir = work_dir.resolve()  # haproxy reads a relative socket path as an address
         self.socket_path = work_dir / "haproxy.sock"
         self.config = work_dir / "haproxy.cfg"
         self.config.write_text(config_text(port, self.socket_path, slots))
         self.url = f"http://127.0.0.1:{port}"
         self.log = (work_dir / "haproxy.log").open("w")
         self.proc = subprocess.Popen([binary, "-db", "-f", str(self.config)], stdout=self.log, stderr=subprocess.STDOUT)
+        self._wait_socket()
+
+    def _wait_socket(self, timeout_s: float = 10) -> None:
+        deadline = time.time() + timeout_s
+        while not self.socket_path.exists():
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                raise ToolkitError(f"haproxy did not start: {_last_alert(self.config.parent / 'haproxy.log')}",
+                                   f"see {self.config.parent / 'haproxy.log'}")
+            time.sleep(0.1)
 
     def command(self, line: str) -> str:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -92,3 +104,8 @@ class Haproxy:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
+
+
+def _last_alert(log: Path) -> str:
+    alerts = [line for line in log.read_text(errors="replace").splitlines() if "[ALERT]" in line]
+    return alerts[0].split(":", 2)[-1].strip() if alerts else "no message"

@@ -56,7 +56,7 @@ def emitted_folder(config: DeploymentConfig, out: Path) -> tuple[Path, dict]:
 def run_testbed(config: DeploymentConfig, rates: list[float], step_s: float, out_root: Path, sync_s: float = 5.0,
                 progress=print) -> Path:
     config = testbed_config(config, rates, step_s)
-    out = Path(out_root) / f"{datetime.now():%Y%m%d-%H%M%S}-{config.name}"
+    out = Path(out_root).resolve() / f"{datetime.now():%Y%m%d-%H%M%S}-{config.name}"
     out.mkdir(parents=True)
     layout = ArtifactLayout(config)
     progress(f"[1/5] build      {pipeline.ensure_model(config, layout)}")
