@@ -71,3 +71,39 @@ def test_completion_chunks_that_carry_a_token(choice, piece, counts):
 def test_chat_chunks_that_carry_a_token(delta, finish, counts):
     choice = {"index": 0, "delta": delta, "finish_reason": finish}
     assert OpenAIChatClient.carries_token(choice, OpenAIChatClient.piece(choice)) is counts
+
+
+def test_openai_client_asks_the_server_for_its_model_or_says_why():
+    import asyncio
+
+    from aiohttp import web
+
+    from toolkit.errors import ToolkitError
+
+    async def run():
+        async def models(_request):
+            return web.json_response({"data": [{"id": "small"}]})
+
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = "http://127.0.0.1:%d" % site._server.sockets[0].getsockname()[1]
+        try:
+            found = OpenAIChatClient(url, None)
+            await found.prepare(1)
+            named = OpenAIChatClient(url + "/v1", "mine")
+            await named.prepare(1)
+            missing = OpenAIChatClient(url + "/elsewhere", None)
+            with pytest.raises(ToolkitError, match="lists no model"):
+                await missing.prepare(1)
+            for client in (found, named, missing):
+                await client.close()
+            return found.model, named.model, named.url
+        finally:
+            await runner.cleanup()
+
+    model, named, url = asyncio.run(run())
+    assert model == "small" and named == "mine" and url.endswith("/v1/chat/completions")

@@ -283,11 +283,17 @@ class OpenAICompletionsClient(_SseClient):
     async def prepare(self, concurrency: int) -> None:
         """No model named: ask the server which it serves (its first on /v1/models), as a user would."""
         if self.model is None:
-            async with self.session.get(self.base + "/models") as response:
-                listed = (await response.json()).get("data") or [] if response.status == 200 else []
-            if not listed:
-                from toolkit.errors import ToolkitError
+            import aiohttp
 
+            from toolkit.errors import ToolkitError
+
+            try:
+                async with self.session.get(self.base + "/models") as response:
+                    listed = (await response.json()).get("data") or [] if response.status == 200 else []
+            except (aiohttp.ClientError, ValueError) as exc:
+                raise ToolkitError(f"{self.base}/models did not answer with a model list ({exc})",
+                                   "check --url, or name the model with --model") from None
+            if not listed:
                 raise ToolkitError(f"{self.base}/models lists no model (HTTP {response.status})",
                                    "name the model with --model")
             self.model = listed[0]["id"]

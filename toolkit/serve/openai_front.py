@@ -203,7 +203,8 @@ def make_app(backend: TritonBackend, tokenizer, served_name: str, max_seq_len: i
         try:
             inputs = await backend.input_names()
         except Exception as exc:  # noqa: BLE001 — Triton is down or the model is not loaded
-            return error(f"the Triton model {backend.model} is not available: {str(exc).splitlines()[0]}", 503)
+            detail = describe_rpc_error(exc)[0] if hasattr(exc, "details") else (str(exc).splitlines() or ["?"])[0]
+            return error(f"the Triton model {backend.model} is not available: {detail}", 503)
         try:
             req = parse_request(body, chat, served_name, max_seq_len, inputs)
         except InvalidRequest as exc:
@@ -275,11 +276,20 @@ def make_app(backend: TritonBackend, tokenizer, served_name: str, max_seq_len: i
         await response.write_eof()
         return response
 
+    async def health(_request):
+        return web.Response(text="ok")
+
+    async def completions(request):
+        return await generate(request, chat=False)
+
+    async def chat_completions(request):
+        return await generate(request, chat=True)
+
     app = web.Application()
     app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", lambda _r: web.Response(text="ok"))
-    app.router.add_post("/v1/completions", lambda r: generate(r, chat=False))
-    app.router.add_post("/v1/chat/completions", lambda r: generate(r, chat=True))
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
     return app
 
 
