@@ -203,3 +203,38 @@ def test_plan_prints_the_split_for_a_target_load(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "toolkit", "plan", *GPU, "--out", str(tmp_path), "--split-rate", "20",
                            "--slo", "ttft=1ms,itl=30ms"], capture_output=True, text=True)
     assert proc.returncode == 1 and "no replica count meets it" in proc.stderr
+
+
+# ---- the testbed's pure parts -------------------------------------------------------------------------
+
+def test_haproxy_balances_on_least_connections_with_triton_health_checks(tmp_path):
+    from toolkit.deploy.testbed.haproxy import config_text
+
+    text = config_text(8080, tmp_path / "s.sock", 3)
+    assert "balance leastconn" in text and "option httpchk GET /v2/health/ready" in text
+    assert "bind 127.0.0.1:8080" in text and text.count("check disabled") == 3
+
+
+def test_prometheus_runs_the_given_rule_file(tmp_path):
+    from toolkit.deploy.testbed.prometheus import JOB, config_dict
+
+    cfg = config_dict(tmp_path / "rules.yaml", tmp_path / "targets.json", 2)
+    assert cfg["rule_files"] == [str(tmp_path / "rules.yaml")]
+    assert cfg["scrape_configs"][0]["job_name"] == JOB and cfg["global"]["evaluation_interval"] == "2s"
+
+
+def test_the_testbed_reads_outcomes_and_steps_from_its_files():
+    from toolkit.deploy.testbed.analysis import ramp_steps, request_outcomes, scaling_events
+
+    def rec(step, send, end, tokens=8, error=None, warmup=False):
+        return {"step": step, "send_time": send, "end_time": end, "output_tokens": tokens,
+                "requested_output_tokens": 8, "error": error, "warmup": warmup}
+
+    records = [rec("warmup", 0, 1, warmup=True), rec("rate_1", 1, 3), rec("rate_1", 2, 4), rec("rate_6", 5, 9),
+               rec("rate_6", 6, 7, tokens=3), rec("rate_1", 10, 12, error="connection reset"), rec("rate_1", 11, 13)]
+    assert ramp_steps(records) == [(1, 4, 1.0), (5, 9, 6.0), (10, 13, 1.0)]  # a ramp may repeat a rate
+    outcomes = request_outcomes(records)
+    assert (outcomes["requests"], outcomes["failed"], outcomes["cut_off"]) == (6, 1, 1)
+    timeline = [{"t": 100, "replicas": 1, "metrics": {}}, {"t": 102, "replicas": 2, "metrics": {"kv": 0.9}},
+                {"t": 104, "replicas": 2, "metrics": {}}, {"t": 110, "replicas": 1, "metrics": {"kv": 0.1}}]
+    assert [(e["t"], e["from"], e["to"]) for e in scaling_events(timeline)] == [(2, 1, 2), (10, 2, 1)]
