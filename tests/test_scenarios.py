@@ -323,3 +323,28 @@ def test_itl_with_context_is_read_within_a_request_class(tmp_path):
     shorts = [stream(i, "concurrency_2", 0.0, 0.02, [0.005] * 15, isl=14 + i % 4, cls="short") for i in range(12)]
     longs = [stream(20 + i, "concurrency_2", 0.0, 0.2, [0.02, 0.02], isl=230 + i, cls="long") for i in range(3)]
     assert not found(make_run(tmp_path, {"concurrency_2": (2, shorts + longs)}), "itl_grows_with_context")
+
+
+RECORDED = Path(__file__).parent / "data" / "runs"  # real sweeps of the tiny model on this machine kind
+WORKLOAD_CHECKS = {"itl_spikes_with_prefill", "ttft_beyond_prefill_floor", "kv_exhaustion", "low_prefix_reuse"}
+
+
+def workload_findings(name):
+    return {f.check: f for f in diagnose(RunDir.open(RECORDED / name)) if f.check in WORKLOAD_CHECKS}
+
+
+def test_recorded_multi_turn_run_without_reuse(monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[1])
+    found_ = workload_findings("multi_turn-reuse-off")
+    assert set(found_) == {"low_prefix_reuse"} and "conversations of 4 turns" in found_["low_prefix_reuse"].evidence
+
+
+def test_recorded_trace_run_names_its_repeating_blocks(monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[1])
+    found_ = workload_findings("trace-reuse-off")
+    assert set(found_) == {"low_prefix_reuse"} and "50 % seen before" in found_["low_prefix_reuse"].evidence
+
+
+def test_recorded_dataset_run_has_no_workload_symptom(monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[1])
+    assert workload_findings("dataset-sharegpt") == {}
