@@ -23,7 +23,8 @@ PVC = {"kind": "pvc", "claim": "models"}
 GPU_CONFIG = "configs/gpu-llama3-8b-fp8-tp2.yaml"
 
 VARIANTS = {  # name → (config, overrides, autoscaler)
-    "one-node-hpa": (GPU_CONFIG, {"deploy.artifacts": PVC}, "hpa"),
+    "one-node-hpa": (GPU_CONFIG, {"deploy.artifacts": PVC,
+                                  "deploy.node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}, "hpa"),
     "multi-node-keda": (GPU_CONFIG, {"deploy.artifacts": {"kind": "init-container", "image": "registry/artifacts:1"},
                                      "parallel.tp": 8, "parallel.pp": 2}, "keda"),
     "cpu-hpa": ("configs/cpu-tiny.yaml", {"deploy.artifacts": PVC}, "hpa"),
@@ -231,6 +232,8 @@ def _caught(config, objs) -> list[str]:
 def test_the_good_manifest_passes_every_check():
     config, objs = _good()
     assert _caught(config, objs) == []
+    pod = _find(objs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}  # as the config says
 
 
 def test_wrong_port_is_caught():

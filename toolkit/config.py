@@ -259,6 +259,9 @@ class DeploySection(_Section):
     image: str = "llm-deploy-toolkit:0.1.0"  # built from docker/Dockerfile and pushed where the cluster pulls
     namespace: str = "llm"
     gpus_per_node: int = Field(8, ge=1)
+    # Nodes with the planned GPU, by your cluster's own label (e.g. GPU feature discovery's
+    # nvidia.com/gpu.product); label values differ between clusters, so nothing is assumed.
+    node_selector: dict[str, str] = {}
     artifacts: ArtifactSource | None = None
     min_replicas: int = Field(1, ge=1)
     max_replicas: int = Field(4, ge=1)

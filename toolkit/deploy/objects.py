@@ -102,6 +102,8 @@ def pod_spec(config: DeploymentConfig, container: dict, service_account: str | N
             "terminationGracePeriodSeconds": config.deploy.drain_timeout_s + launch.EXIT_TIMEOUT_S}
     if inits:
         spec["initContainers"] = inits
+    if config.deploy.node_selector:
+        spec["nodeSelector"] = dict(config.deploy.node_selector)
     if service_account:
         spec["serviceAccountName"] = service_account
     return spec
