@@ -99,6 +99,7 @@ TRTLLM_PARAMS: dict[str, Param] = {
     "sink_token_length": Param(count(0), omitted="StreamingLLM attention sinks are not used"),
     "batch_scheduler_policy": Param(Domain("enum", choices=("max_utilization", "guaranteed_no_evict")),
                                     set_by="engine.batch_scheduler_policy"),
+    # A fraction (0.9), not a percentage (90): of the GPU memory free after the weights and activations.
     "kv_cache_free_gpu_mem_fraction": Param(fraction(), set_by="engine.kv_cache_free_gpu_mem_fraction"),
     "cross_kv_cache_fraction": Param(fraction(), omitted=_ENCDEC),
     "kv_cache_host_memory_bytes": Param(count(0), omitted="no host offload of KV blocks (default 0)"),
