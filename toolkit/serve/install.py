@@ -58,10 +58,8 @@ def cpu_triton(work_dir: Path) -> TritonInstall:
                                           os.environ.get("LD_LIBRARY_PATH", "")) if p)
     # The python models run in a stub process that must find this venv's numpy/torch/transformers.
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    # The stub embeds Python without UTF-8 mode, so files read with the default encoding would be ASCII:
-    # torch.compile's Inductor reads back code it generated, which quotes our (UTF-8) sources.
     return TritonInstall(server / "bin" / "tritonserver", python_backend.parent,
-                         {"LD_LIBRARY_PATH": ld_path, "PATH": path, "PYTHONUTF8": "1"})
+                         {"LD_LIBRARY_PATH": ld_path, "PATH": path})
 
 
 def gpu_triton(explicit: str | None) -> TritonInstall:
