@@ -199,3 +199,16 @@ def test_demo_ends_with_one_sentence_of_what_was_measured():
         "triton-grpc: from concurrency 1 to 8, TTFT p50 50.0 → 210.5 ms, ITL p50 20.0 → 31.2 ms, output 48 → 240 "
         "tokens/s (32 requests per step after 8 warm-up requests).")
     assert measured_sentence({"steps": [{"request_count": 0}]}).startswith("Nothing was measured")
+
+
+def test_a_run_stops_when_nothing_has_succeeded_but_not_after_a_step_that_did():
+    from toolkit.bench.sweep import SweepAborted, _raise_if_nothing_succeeded
+
+    failed = [RequestRecord(i, "concurrency_8", 0.0, 8, 4, error="HTTP 404: no such model", error_kind="server_error")
+              for i in range(3)]
+    summary = {"steps": []}
+    with pytest.raises(SweepAborted, match="every request of concurrency_8 failed .3 of 3: server_error: HTTP 404"):
+        _raise_if_nothing_succeeded(failed, summary, "concurrency_8")
+    assert "HTTP 404" in summary["aborted"]
+    # A load at which every request fails after a lower one succeeded is a measurement, not a broken run.
+    _raise_if_nothing_succeeded(failed, {"steps": [{"request_count": 16}]}, "concurrency_8")
