@@ -83,13 +83,16 @@ PREFILLS = [0.06, 0.12, 0.18, 0.24, 0.30, 0.36]
 
 def test_itl_spikes_coinciding_with_engine_prefill_steps(tmp_path):
     records = stalled_streams(PREFILLS)
-    timeline = [timeline_step(p - 0.03, 0.035, 200) for p in PREFILLS] + \
+    # While a long prefill step runs, no stream gets a token: the step fills the stall.
+    stalls = [(a, b) for a, b in zip(records[0].chunk_times, records[0].chunk_times[1:]) if b - a > 0.03]
+    timeline = [timeline_step(a + 0.001, b - a - 0.002, 200) for a, b in stalls] + \
                [timeline_step(k * 0.005, 0.004, 0) for k in range(80)]
     run = make_run(tmp_path, {"concurrency_2": (2, records)}, info={"engine": {"enable_chunked_context": False,
                                                                                "max_num_tokens": 1024}},
                    timeline=timeline)
     f = found(run, "itl_spikes_with_prefill")
-    assert f and "engine steps carrying prefill tokens" in f[0].evidence and "up to 200 prompt tokens" in f[0].evidence
+    assert f and "mostly filled by engine steps carrying prefill tokens" in f[0].evidence
+    assert "up to 200 prompt tokens" in f[0].evidence
     assert "enable_chunked_context" in f[0].lever
 
 
@@ -108,6 +111,14 @@ def test_itl_spikes_from_records_alone_when_no_timeline(tmp_path):
                    info={"engine": {"enable_chunked_context": True, "max_num_tokens": 512}})
     f = found(run, "itl_spikes_with_prefill")
     assert f and "other requests' first tokens" in f[0].evidence and "max_num_tokens (now 512)" in f[0].lever
+
+
+def test_stalls_beside_small_prefill_chunks_are_not_blamed_on_them(tmp_path):
+    """Chunked prefill: every few steps carry a short chunk, but the stalls are far longer than those steps."""
+    records = stalled_streams(PREFILLS)
+    timeline = [timeline_step(k * 0.02, 0.002, 32) for k in range(20)] + \
+               [timeline_step(k * 0.005, 0.004, 0) for k in range(80)]
+    assert not found(make_run(tmp_path, {"concurrency_2": (2, records)}, timeline=timeline), "itl_spikes_with_prefill")
 
 
 def test_steady_streams_have_no_prefill_spikes(tmp_path):
@@ -348,3 +359,12 @@ def test_recorded_trace_run_names_its_repeating_blocks(monkeypatch):
 def test_recorded_dataset_run_has_no_workload_symptom(monkeypatch):
     monkeypatch.chdir(Path(__file__).parents[1])
     assert workload_findings("dataset-sharegpt") == {}
+
+
+def test_recorded_mixed_run_stalls_during_prefill_and_chunked_prefill_does_not():
+    """Real runs of the stuttering-stream workload on the embedded engine (engine timeline included):
+    without chunked prefill the short streams' stalls are the long prompts' prefill steps; with it, not."""
+    stalled = workload_findings("mixed-chunking-off")
+    assert set(stalled) == {"itl_spikes_with_prefill"}
+    assert "enable_chunked_context" in stalled["itl_spikes_with_prefill"].lever
+    assert workload_findings("mixed-chunked-prefill") == {}
