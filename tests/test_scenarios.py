@@ -295,6 +295,7 @@ def test_scenario_report_from_runs_with_a_real_improvement(tmp_path):
     data = json.loads((out / "scenario.json").read_text())
     assert data["results"][0]["verdict"] == "better" and data["results"][0]["ci_high"] < 0
     assert (out / "scenario.png").stat().st_size > 10_000
+    assert "## What `toolkit doctor` says" in text and "- baseline: " in text
 
 
 @pytest.mark.e2e

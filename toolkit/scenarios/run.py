@@ -11,6 +11,7 @@ from pathlib import Path
 from toolkit.ab.run import run_ab
 from toolkit.bench.rundir import RunDir
 from toolkit.config import DeploymentConfig, apply_overrides, validate_config
+from toolkit.report.doctor import diagnose
 from toolkit.scenarios.analysis import evidence_lines, judge, sentence, server_evidence
 from toolkit.scenarios.catalog import Scenario, scenario
 from toolkit.scenarios.figures import write_figure
@@ -76,6 +77,9 @@ def write_scenario_report(sc: Scenario, runs: dict[str, list[RunDir]], out_dir: 
     lines += ["", "## A/B (median per request, two-level bootstrap 95 % interval)", ""]
     lines += [f"- {sentence(r)}" for r in results] or ["- no comparable values"]
     lines += ["", "## What the server counted", ""] + evidence_lines(evidence)
+    lines += ["", "## What `toolkit doctor` says (first repetition of each)", ""]
+    lines += [f"- {label}: " + ("; ".join(f.summary for f in diagnose(reps[0])) or "no findings")
+              for label, reps in runs.items() if reps]
     lines += ["", f"![{sc.name}]({figure.name})", "", "Runs: " + ", ".join(f"`{r.path}`" for rs in runs.values() for r in rs)]
     (out_dir / "scenario.md").write_text("\n".join(lines) + "\n")
     (out_dir / "scenario.json").write_text(json.dumps(
