@@ -279,3 +279,22 @@ def test_check_cross_checks_models_that_must_agree(trtllm_repo, tmp_path):
     assert "ensemble max_batch_size 16 exceeds preprocessing's 8" in problems
     assert "postprocessing decodes with" in problems
     assert 'tensorrt_llm_model_name "trtllm" is not in the repository' in problems
+
+
+def test_incremental_detokenization_streams_whole_characters_at_constant_cost(tiny_model_dir):
+    """The BLS's streaming text: pieces join to the full decode, no piece carries a split character, and no
+    step decodes more than a few tokens beyond the new ones."""
+    from toolkit.model.tokenizer import load_tokenizer
+    from toolkit.repo.python_models.incremental_text import CONTEXT_TOKENS, REPLACEMENT, IncrementalText
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    ids = tokenizer("Héllo wörld — 日本語 and naïve café déjà vu 😀 again", add_special_tokens=False).input_ids
+    text, pieces, widest = IncrementalText(), [], 0
+    for token in ids:  # one token per response, as the engine streams
+        context, full = text.windows([token])
+        widest = max(widest, len(full))
+        pieces.append(text.delta(tokenizer.decode(context), tokenizer.decode(full)))
+    assert "".join(pieces) == tokenizer.decode(ids)
+    assert all(REPLACEMENT not in piece for piece in pieces)
+    assert any(piece == "" for piece in pieces)  # multi-byte characters were held back, then completed
+    assert widest <= 2 * CONTEXT_TOKENS + 8  # bounded windows, not the whole sequence

@@ -30,7 +30,7 @@ _PYTHON_FILES = {
     "preprocessing": {"preprocessing.py": "model.py"},
     "postprocessing": {"postprocessing.py": "model.py"},
     "tensorrt_llm": {"cpu_engine.py": "model.py"},  # an adapter over toolkit.engine.runtime (in the venv)
-    "tensorrt_llm_bls": {"bls.py": "model.py"},
+    "tensorrt_llm_bls": {"bls.py": "model.py", "incremental_text.py": "incremental_text.py"},
     "synthetic": {"synthetic.py": "model.py"},
 }
 

@@ -1,25 +1,22 @@
 """Triton python model `tensorrt_llm_bls`: preprocessing → tensorrt_llm → postprocessing as
 Business Logic Scripting, an alternative to the ensemble with the same inputs and outputs.
 
-What it adds over the ensemble: incremental detokenization that keeps characters whole. Each new piece is
-decoded with a few tokens of left context (a window from `prefix` on, as vLLM does), sending only the new
-text and holding back a trailing partial UTF-8 character until the token that completes it arrives (the
-ensemble decodes each streamed token alone, which can split multi-byte characters). The cost per token is
-constant: the whole sequence is never re-decoded.
+What it adds over the ensemble: incremental detokenization that keeps characters whole
+(incremental_text.py: a few tokens of left context, a held-back partial UTF-8 character; the ensemble
+decodes each streamed token alone, which can split multi-byte characters), at a constant cost per token:
+the whole sequence is never re-decoded.
 Each request runs on its own thread so that requests reach the engine concurrently (in-flight batching).
 
-Runs inside Triton's python backend; imports only numpy and triton_python_backend_utils.
+Runs inside Triton's python backend; imports only numpy, triton_python_backend_utils and its sibling
+incremental_text.py.
 """
 
 import threading
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from incremental_text import IncrementalText
 
-_REPLACEMENT = "\ufffd"
-# Tokens of already-sent text decoded again as left context, so that a tokenizer that merges bytes or
-# spaces across tokens decodes the new piece as it would in the whole text.
-_CONTEXT_TOKENS = 4
 
 
 _SAMPLING = (("runtime_top_k", "top_k", np.int32), ("runtime_top_p", "top_p", np.float32),
@@ -100,8 +97,7 @@ class TritonPythonModel:
         responses = pb_utils.InferenceRequest(model_name=self.engine_model, inputs=engine_inputs,
                                               requested_output_names=["output_ids", "sequence_length"]
                                               ).exec(decoupled=True)
-        tokens: list[int] = []
-        prefix = read = 0  # tokens[prefix:read] were decoded and sent; tokens[read:] are new
+        text = IncrementalText()
         for response in responses:
             _raise_if_error(response, "tensorrt_llm")
             ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
@@ -109,14 +105,8 @@ class TritonPythonModel:
                 continue  # the empty final response
             lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
             new = ids.as_numpy()[0, 0, : int(lengths.reshape(-1)[0])].tolist()
-            tokens.extend(new)
-            sent, full = self._detokenize([tokens[prefix:read], tokens[prefix:]])
-            # Hold back a trailing partial character until the token that completes it arrives.
-            if stream and full.endswith(_REPLACEMENT):
-                delta = ""
-            else:
-                delta = full[len(sent):] if full.startswith(sent) else full
-                prefix, read = max(read - _CONTEXT_TOKENS, 0), len(tokens)
+            context, full = self._detokenize(list(text.windows(new)))
+            delta = text.delta(context, full, hold_partial=stream)
             sender.send(pb_utils.InferenceResponse(output_tensors=[
                 _tensor("text_output", delta.encode("utf-8"), object),
                 _tensor("output_token_count", len(new), np.int32)]))
