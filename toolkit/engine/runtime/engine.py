@@ -186,6 +186,8 @@ class Engine:
             return time.perf_counter() - t0, []
         forward_s = time.perf_counter() - t0
         top = logits.argmax(-1).tolist()  # one call for every greedy row of the batch
+        if logits.device.type != "cpu" and not all(item.seq.sampling.greedy for item in batch):
+            logits = logits.float().cpu()  # the per-request generators (seeds) live on the CPU
         emitted, row = [], 0
         for item in batch:
             seq, greedy = item.seq, item.seq.sampling.greedy
