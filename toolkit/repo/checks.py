@@ -379,6 +379,7 @@ def check_repository_or_raise(repo_dir: Path, engine_dir: Path | None = None, wo
     findings = check_repository(repo_dir, engine_dir, world_size)
     errors = [f for f in findings if f.severity == "error"]
     if errors:
+        first = errors[0]
         more = f" (+{len(errors) - 1} more: run `toolkit repo check {repo_dir}`)" if len(errors) > 1 else ""
-        raise ToolkitError(f"repository check failed: {errors[0]}{more}")
+        raise ToolkitError(f"repository check failed: {first.file}:{first.line}: {first.problem}{more}", first.fix)
     return findings
