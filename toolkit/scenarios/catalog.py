@@ -34,8 +34,14 @@ class Scenario:
     baseline: Callable[[DeploymentConfig], dict] = field(default=lambda c: {})
 
 
+def _longest_prompt(config: DeploymentConfig, osl: int) -> int:
+    """The longest prompt the engine takes with `osl` output tokens, less a margin: the server counts its
+    begin-of-sequence token, and a decoded prompt can re-tokenize a token longer."""
+    return min(config.engine.max_input_len, config.engine.max_seq_len - osl) - 2
+
+
 def _lengths(config: DeploymentConfig, fractions: tuple[float, ...], osl: int) -> str:
-    top = min(config.engine.max_input_len, config.engine.max_seq_len - osl)
+    top = _longest_prompt(config, osl)
     return "[" + ",".join(f"[{max(8, int(top * f))},{osl}]" for f in fractions) + "]"
 
 
@@ -58,7 +64,7 @@ def _chatty_workload(c: DeploymentConfig) -> dict:
 
 
 def _stutter_workload(c: DeploymentConfig) -> dict:
-    long_in = int(min(c.engine.max_input_len, c.engine.max_seq_len - 4) * 0.9)
+    long_in = int(_longest_prompt(c, 2) * 0.9)
     return {"sweep.workload.kind": "mixed", "sweep.workload.long_input_tokens": long_in,
             "sweep.workload.long_output_tokens": 2, "sweep.workload.long_rate": 3.0, "sweep.requests_per_step": 16,
             "sweep.input_tokens_mean": 16, "sweep.output_tokens": 48, "sweep.concurrencies": "[2]",
@@ -67,14 +73,14 @@ def _stutter_workload(c: DeploymentConfig) -> dict:
 
 def _oom_workload(c: DeploymentConfig) -> dict:
     osl = max(8, c.engine.max_seq_len // 4)
-    isl = min(c.engine.max_input_len, c.engine.max_seq_len - osl)
+    isl = _longest_prompt(c, osl)
     return {"sweep.workload.kind": "synthetic", "sweep.lengths": f"[[{isl},{osl}]]",
             "sweep.concurrencies": f"[{c.engine.max_batch_size}]", "sweep.mode": "concurrency",
             "sweep.requests_per_step": 2 * c.engine.max_batch_size}
 
 
 def _shared_prefix_workload(c: DeploymentConfig) -> dict:
-    prefix = int(min(c.engine.max_input_len, c.engine.max_seq_len - c.sweep.output_tokens) * 0.75)
+    prefix = int(_longest_prompt(c, c.sweep.output_tokens) * 0.75)
     return {"sweep.workload.kind": "shared_prefix", "sweep.workload.prefixes": 2, "sweep.workload.prefix_tokens": prefix,
             "sweep.workload.suffix_tokens": 16, "sweep.workload.users_per_prefix": 4, "sweep.lengths": "null",
             "sweep.concurrencies": "[2]", "sweep.mode": "concurrency"}
