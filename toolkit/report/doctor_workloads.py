@@ -143,19 +143,20 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 
 def ttft_by_length(run: RunDir) -> list[tuple[int, float]]:
-    """(prompt tokens, median TTFT ms) at the run's lowest load, one point per distinct step length or,
-    within one step, per request."""
+    """(prompt tokens, median TTFT ms) at the run's lowest load: one point per step when several steps
+    sweep the length, else one per distinct prompt length within the step."""
     steps = [s for s in run.steps if s.get("request_count")]
     if not steps:
         return []
     lowest = min(step_level(s) for s in steps)
-    points: dict[int, list[float]] = {}
-    for s in steps:
-        if step_level(s) != lowest:
-            continue
-        for r in run.measured_records_by_step().get(s["step"], []):
-            points.setdefault(r.input_tokens, []).append(r.ttft * 1e3)
-    return sorted((isl, statistics.median(v)) for isl, v in points.items())
+    groups = [run.measured_records_by_step().get(s["step"], []) for s in steps if step_level(s) == lowest]
+    if len(groups) == 1:
+        by_length: dict[int, list] = {}
+        for r in groups[0]:
+            by_length.setdefault(r.input_tokens, []).append(r)
+        groups = list(by_length.values())
+    return sorted((round(statistics.median(r.input_tokens for r in g)), statistics.median(r.ttft * 1e3 for r in g))
+                  for g in groups if g)
 
 
 def check_ttft_beyond_prefill_floor(run: RunDir) -> list[Finding]:
