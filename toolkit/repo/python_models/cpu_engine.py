@@ -14,14 +14,15 @@ JSON line per step to engine_timeline.jsonl in this model's directory (timeline.
 runs (kernels, dtypes, options, start-up time) in engine_info.json there.
 
 Metrics on Triton's /metrics: TensorRT-LLM's nv_trt_llm_* families and the toolkit's own
-(toolkit/engine/runtime/metrics.py), refreshed by a small thread every 0.1 s, so a step never waits
-on metric calls.
+(toolkit/engine/runtime/metrics.py), refreshed by a small thread every 0.1 s. Responses go out on a
+thread of their own too: the engine's loop only schedules, runs the model and samples.
 
 Runs inside Triton's python backend, whose interpreter is the venv's: it imports the engine runtime
 package (toolkit.engine.runtime, importable without Triton), never the CLI or the stages.
 """
 
 import json
+import queue
 import threading
 import time
 import uuid
@@ -87,6 +88,9 @@ class TritonPythonModel:
         self.streams: dict[str, _Stream] = {}
         self._step_times: list[float] = []
         self.engine.on_step = lambda record: self._step_times.append(record.duration)
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_loop, name="cpu-engine-responses", daemon=True)
+        self._sender.start()
         self._warm_up()
         (Path(args["model_repository"]) / ENGINE_INFO_FILE).write_text(json.dumps(self.engine.describe(), indent=2))
         self.engine.start()
@@ -126,14 +130,27 @@ class TritonPythonModel:
             self.streams[request_id] = stream
             self.engine.add_request(request_id, prompt, output_len, end_id=None if end_id < 0 else end_id,
                                     sampling=sampling_params(request),
-                                    callback=lambda out: self._on_output(stream, out))
+                                    callback=lambda out: self._outbox.put((stream, out)))
         except (RequestError, ValueError) as exc:
             self.streams.pop(locals().get("request_id"), None)
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
+    def _send_loop(self):
+        # Responses go out on this thread, not the engine's: Triton's send costs tens of microseconds per
+        # response, which would add up per stream to every step; here it overlaps the next forward pass.
+        while (item := self._outbox.get()) is not None:
+            stream, out = item
+            try:
+                self._on_output(stream, out)
+            except Exception:  # the client went away between the check and the send
+                stream.closed = True
+                self.streams.pop(out.request_id, None)
+                if not out.finished:
+                    self.engine.abort(out.request_id)
+
     def _on_output(self, stream, out):
-        """Runs on the engine's thread after each step that gave this request tokens, or ended it."""
+        """Sends what one step gave a request (tokens, the end, or an error), in step order."""
         self.exporter.observe_request(out)
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if stream.closed:
@@ -152,7 +169,6 @@ class TritonPythonModel:
             stream.sender.send(flags=final)
             return
         stream.tokens.extend(out.new_tokens)
-        # Raises when the client went away between the check and the send: the engine then aborts it.
         if stream.streaming and out.new_tokens:
             stream.sender.send(self._tokens_response(out.new_tokens), flags=final if out.finished else 0)
         elif out.finished:
@@ -169,4 +185,6 @@ class TritonPythonModel:
     def finalize(self):
         # Let requests in flight finish (the engine stops taking steps once idle), then stop the metrics.
         self.engine.stop(timeout=30)
+        self._outbox.put(None)
+        self._sender.join(5)
         self._stop_metrics.set()
