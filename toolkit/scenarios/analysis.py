@@ -69,7 +69,9 @@ def evidence_lines(evidence: dict[str, dict]) -> list[str]:
              "toolkit_spec_accepted_tokens_total": "accepted draft tokens"}
     lines = []
     for label, e in evidence.items():
-        parts = [f"{names[k]} {v:,.0f}" for k, v in e["counters"].items() if k in names]
+        parts = [f"{names[k]} {v:,.0f}" for k, v in e["counters"].items() if k in names and v]
+        if not parts and e["counters"]:
+            parts.append("no KV reuse, waits for blocks, preemptions or draft tokens counted")
         drafted = e["counters"].get("toolkit_spec_draft_tokens_total")
         if drafted:
             parts.append(f"acceptance {100 * e['counters'].get('toolkit_spec_accepted_tokens_total', 0) / drafted:.0f} %")
