@@ -100,9 +100,9 @@ SCENARIOS = {s.name: s for s in (
              (Judged("ttft", title="TTFT"),), "ttft_vs_isl", lambda c: {"engine.enable_kv_cache_reuse": "false"}),
     Scenario("chatty-slowdown", "a conversation gets slower turn by turn",
              "every decode step reads the whole conversation's KV cache, which grows with each turn",
-             "shorter-context", "keep the last 64 tokens of history (a context window); on a GPU, an FP8 KV cache "
+             "shorter-context", "keep a quarter of max_input_len of history (a context window); on a GPU, an FP8 KV cache "
              "(quantize.kv_cache_dtype=fp8) halves the bytes read instead", (),
-             _chatty_workload, lambda c: {"sweep.workload.history_tokens": "64"},
+             _chatty_workload, lambda c: {"sweep.workload.history_tokens": str(max(16, c.engine.max_input_len // 4))},
              (Judged("itl", title="ITL"),), "itl_vs_context"),
     Scenario("stuttering-stream", "short streams pause while someone else's long prompt is read",
              "continuous batching puts a long prefill into the same step as running decodes: every stream waits for it",
