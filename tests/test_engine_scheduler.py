@@ -250,3 +250,16 @@ def test_timeline_file_rotates_and_is_read_across_the_rotation(tmp_path, monkeyp
     assert (tmp_path / "t.jsonl.1").is_file() and (tmp_path / "t.jsonl").stat().st_size <= 2000
     steps = [s.step for s in read_timeline(tmp_path / "t.jsonl")]
     assert steps == list(range(steps[0], 41)) and steps[0] > 1  # the latest steps, in order, none lost between
+
+
+def test_decodes_go_before_an_earlier_prompts_chunks():
+    engine = make_engine(max_num_tokens=16)
+    engine.add_request("a", [1, 2, 3], 2)
+    engine.step()
+    engine.add_request("long", list(range(1, 50)), 2)
+    engine.add_request("short", [1, 2, 3], 10)
+    engine.step()  # a decodes (1), long's first chunk (12, block-aligned), short's prompt (3)
+    assert engine.runner.steps[-1].query_lens == [1, 12, 3]
+    engine.step()  # a has finished: short decodes before long's next chunk takes the rest
+    assert engine.runner.steps[-1].query_lens == [1, 12]
+    engine.run_until_idle()

@@ -1,10 +1,10 @@
 """In-flight batching: which sequences run in the next step, and how many tokens each.
 
 Every step is one forward pass over a mixed batch under two budgets, `max_batch_size` sequences
-and `max_num_tokens` tokens. Running sequences go first, in admission order: a decoding sequence
-takes 1 token (plus its draft tokens under speculative decoding); one still prefilling takes the
-next chunk of its prompt. Waiting requests are then admitted first come, first served while both
-budgets and the KV cache allow.
+and `max_num_tokens` tokens. Decoding sequences go first: each takes 1 token (plus its draft tokens
+under speculative decoding); then those still prefilling take the next chunk of their prompt, in
+admission order. Waiting requests are then admitted first come, first served while both budgets and
+the KV cache allow.
 
 A sequence is its tokens (prompt + generated) and how many of them have K/V in the cache
 (`num_computed`): the step processes tokens[num_computed:num_computed + n], and the sequence samples
@@ -162,7 +162,10 @@ class Scheduler:
         batch: list[Scheduled] = []
         budget = self.config.max_num_tokens
         self.paused_last_step = 0
-        for seq in list(self.running):
+        # Decodes before prefill chunks (as TensorRT-LLM schedules generation before context): a long
+        # prompt's chunks take what budget is left and never stall a stream that is already generating.
+        decoding = [s for s in self.running if len(s.tokens) - s.num_computed == 1]
+        for seq in decoding + [s for s in self.running if len(s.tokens) - s.num_computed > 1]:
             if seq.status is not Status.RUNNING or budget <= 0:
                 continue  # paused earlier in this loop, or no tokens left in this step
             item = self._plan_running(seq, budget)
