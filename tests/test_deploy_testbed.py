@@ -1,41 +1,58 @@
 """The autoscaling loop on real parts, small: Triton replicas of the tiny CPU deployment behind haproxy,
 Prometheus on the emitted rule file, the controller holding the emitted HPA, and a rate ramp through
 haproxy. Replicas must be added when the load's metrics cross their targets, removed after the
-stabilization window, and no request may fail or be cut off."""
+stabilization window, and no request may fail or be cut off — including those in flight on a replica
+being drained."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import threading
 
 import pytest
+import requests
 import yaml
 
 from e2e_helpers import tiny_deployment
+from toolkit import pipeline
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def testbed_run(tmp_path_factory, tiny_model_dir):
+def built(tmp_path_factory, tiny_model_dir):
     missing = [tool for tool in ("haproxy", "prometheus") if not shutil.which(tool)
                and not (tool == "haproxy" and shutil.which("/usr/sbin/haproxy"))]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (make setup-tools: apt-get install prometheus haproxy)")
-    from toolkit.deploy.testbed.run import run_testbed
-
     tmp = tmp_path_factory.mktemp("testbed")
     # 4 sequences of 32 + 96 tokens fill the 32 blocks of 16 tokens: the ramp's peak crosses the targets.
-    config, _ = tiny_deployment(
+    config, layout = tiny_deployment(
         tmp, tiny_model_dir, name="tb",
         engine={"max_batch_size": 4, "kv_cache_blocks": 32, "tokens_per_block": 16},
         sweep={"input_tokens_mean": 32, "output_tokens": 96, "warmup_requests": 1},
         deploy={"min_replicas": 1, "max_replicas": 2, "kv_occupancy_target": 0.5, "waiting_requests_target": 2,
                 "scale_down_window_s": 30, "scale_period_s": 10, "drain_timeout_s": 60})
-    # A replica takes ~40 s to load on 2 busy cores: the peak lasts 30 s, the low tail 45 s, so the new
-    # replica serves before the 30 s window lets the loop scale back down, under the tail's load.
-    out = run_testbed(config, [1, 6, 6, 0.5, 0.5, 0.5], step_s=15, out_root=tmp / "runs", sync_s=1)
+    for stage in (pipeline.quantize, pipeline.build, pipeline.repo):
+        stage(config, layout)
+    return config, layout, tmp
+
+
+@pytest.fixture(scope="module")
+def testbed_run(built):
+    from toolkit.deploy.testbed.run import run_testbed
+
+    config, _, tmp = built
+    # A replica takes ~40 s to load on 2 busy cores: the peak lasts 30 s, the tail (2 requests/s, still
+    # under the targets on one replica) 45 s, so the new replica serves before the 30 s window lets the
+    # loop scale back down, while the tail's requests are in flight.
+    out = run_testbed(config, [1, 6, 6, 2, 2, 2], step_s=15, out_root=tmp / "runs", sync_s=1)
     return out, json.loads((out / "summary.json").read_text())
+
+
+def _rows(out):
+    return [json.loads(line) for line in (out / "timeline.jsonl").read_text().splitlines()]
 
 
 def test_replicas_follow_the_load_up_and_back_down(testbed_run):
@@ -48,15 +65,14 @@ def test_replicas_follow_the_load_up_and_back_down(testbed_run):
 
 def test_scale_up_came_from_a_metric_over_its_target(testbed_run):
     out, summary = testbed_run
-    rows = [json.loads(line) for line in (out / "timeline.jsonl").read_text().splitlines()]
-    first_up = next(row for row in rows if row["desired"] > 1)
+    first_up = next(row for row in _rows(out) if row["desired"] > 1)
     over = {k: v / summary["targets"][k] for k, v in first_up["metrics"].items()}
     assert max(over.values()) > 1.1, over  # past the 10 % tolerance
 
 
 def test_scale_down_waited_for_the_stabilization_window(testbed_run):
     out, summary = testbed_run
-    rows = [json.loads(line) for line in (out / "timeline.jsonl").read_text().splitlines()]
+    rows = _rows(out)
     first_down = next(i for i, row in enumerate(rows) if row["desired"] < row["current"])
     last_high = max(row["t"] for row in rows[:first_down] if row["raw_desired"] >= 2)
     assert rows[first_down]["t"] - last_high >= summary["scale_down_window_s"] - 1
@@ -74,3 +90,64 @@ def test_prometheus_ran_the_rule_file_deploy_emitted(testbed_run):
     prometheus = yaml.safe_load((out / "prometheus.yml").read_text())
     assert prometheus["rule_files"] == [str((out / "k8s" / "prometheus" / "rules.yaml").resolve())]
     assert (out / "timeline.png").stat().st_size > 10_000
+
+
+def _stream(url: str, tokens: int, out: list) -> None:
+    body = {"text_input": "Drain me gently, please.", "max_tokens": tokens, "stream": True, "ignore_eos": True}
+    count, error = 0, None
+    try:
+        with requests.post(f"{url}/v2/models/ensemble/generate_stream", json=body, stream=True, timeout=120) as r:
+            for line in r.iter_lines():
+                if line.startswith(b"data:"):
+                    event = json.loads(line[5:])
+                    error = event.get("error", error)
+                    tokens_now = event.get("output_token_count", 0)
+                    count += sum(tokens_now) if isinstance(tokens_now, list) else int(tokens_now)
+    except requests.RequestException as exc:
+        error = str(exc)
+    out.append((count, error))
+
+
+def test_draining_a_replica_finishes_its_streams(built, tmp_path):
+    """Scale-down with streams in flight on the replica that goes: each ends whole, and new requests
+    go to the one that stays."""
+    import time
+
+    from toolkit.deploy.hpa import Autoscaler
+    from toolkit.deploy.testbed.controller import Controller
+    from toolkit.deploy.testbed.haproxy import Haproxy
+    from toolkit.deploy.testbed.prometheus import Prometheus
+    from toolkit.deploy.testbed.replicas import in_flight, start_replica
+    from toolkit.serve.server import free_port
+
+    config, layout, _ = built
+    (tmp_path / "rules.yaml").write_text("groups: []\n")
+    haproxy = Haproxy(tmp_path, free_port(), 2)
+    prometheus = Prometheus(tmp_path, tmp_path / "rules.yaml", free_port())
+    controller = Controller(Autoscaler(1, 2, {}), lambda i: start_replica(config, layout, i, tmp_path / "servers"),
+                            haproxy, prometheus, tmp_path / "timeline.jsonl", drain_timeout_s=60)
+    try:
+        first, second = controller.add_replica(), controller.add_replica()
+        results: list = []
+        threads = [threading.Thread(target=_stream, args=(haproxy.url, 120, results)) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        deadline = time.time() + 30
+        while time.time() < deadline and not (in_flight(first) and in_flight(second)):
+            time.sleep(0.05)
+        controller.remove_replica()  # the newest: `second`
+        for thread in threads:
+            thread.join(120)
+        after: list = []
+        _stream(haproxy.url, 4, after)
+        for thread in list(controller._threads):
+            thread.join(90)
+        assert sorted(results) == [(120, None)] * 6
+        assert after == [(4, None)]
+        drained = controller.drained[0]
+        assert drained["replica"] == second.name and drained["in_flight_at_drain"] > 0
+        assert list(controller.ready.values()) == [first] and haproxy.stats()["r1"]["status"] == "MAINT"
+    finally:
+        controller.stop()
+        prometheus.stop()
+        haproxy.stop()
