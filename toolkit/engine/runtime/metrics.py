@@ -8,9 +8,10 @@ gauges, one family per group, each value under a category label:
   nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric=total_context_tokens|
                                       generation_requests|micro_batch_id|paused_requests}
   nv_trt_llm_general_metrics{general_type=timestamp|iteration_counter}
-with the meanings of its iteration statistics: `active` requests in the engine (scheduled or not),
-`max` the batch limit, `scheduled` and `context` requests in the last iteration, `waiting` requests
-queued; `reused` counts reused KV blocks since start. What TensorRT-LLM lacks keeps the toolkit's
+with the meanings of its iteration statistics: `active` requests admitted to the batch (holding KV
+blocks, scheduled this step or not), `max` the batch limit, `scheduled` and `context` requests in the
+last iteration, `waiting` requests queued for admission; `paused_requests` those paused by the last
+iteration (max_utilization); `reused` counts reused KV blocks since start. What TensorRT-LLM lacks keeps the toolkit's
 prefix: per-request phase histograms, the step time, reuse hits and misses, preemptions and
 admission waits, speculative decoding's draft and accepted tokens.
 
@@ -72,7 +73,7 @@ def trtllm_values(engine) -> dict[str, dict[str, float]]:
     used = blocks.num_used
     return {
         "nv_trt_llm_request_metrics": {
-            "active": engine.num_requests, "max": engine.config.max_batch_size,
+            "active": len(scheduler.running), "max": engine.config.max_batch_size,
             "scheduled": step.batch_size if step else 0, "context": step.context_requests if step else 0,
             "waiting": len(scheduler.waiting)},
         "nv_trt_llm_kv_cache_block_metrics": {
