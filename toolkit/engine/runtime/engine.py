@@ -140,7 +140,7 @@ class Engine:
                 "batch_scheduler_policy": c.batch_scheduler_policy, "max_draft_len": c.max_draft_len}
 
     # ---- the loop ------------------------------------------------------------------------------
-    def _drain_inbox(self) -> list[RequestOutput]:
+    def _drain_inbox(self) -> list[tuple[_Request, RequestOutput]]:
         with self._wake:
             arrived, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []
@@ -172,7 +172,8 @@ class Engine:
             self._deliver(request, output)
         return record
 
-    def _run(self, batch: list[Scheduled]) -> tuple[float, list[tuple[Scheduled, list[int]]]]:
+    def _run(self, batch: list[Scheduled]) -> tuple[float, list[tuple[Scheduled, list[int], list[int]]]]:
+        """Forward pass, then per sequence: (item, tokens sampled, tokens emitted after end_id / length)."""
         step = build_step_input(batch, self.config.block_size)
         t0 = time.perf_counter()
         try:
