@@ -8,7 +8,8 @@ with its scales, so that the kernels can run on them as TensorRT-LLM would. What
                  pre_quant_scale [in] (SmoothQuant: multiplies the layer's input)
   INT4 AWQ       weight uint8 [out/2, in] (rows 2j low nibble, 2j+1 high), weight_scale [out, in/g],
                  pre_quant_scale [in]                                            W = int4 · s[out, in/g]
-  W4A8 AWQ       as INT4 AWQ plus input_scale () (fp8 activations) and weight_scale_2 ()
+  W4A8 AWQ       as INT4 AWQ plus input_scale () (fp8 activations) and weight_scale_2 () (the fp8
+                 scale of the fake quant's second stage; not part of W)
 
 Imports only torch and safetensors (it runs inside Triton's python backend too).
 """
@@ -127,11 +128,9 @@ def _linear(tensors: dict, prefix: str, kind: str, act_quant: str | None) -> Lin
         return LinearWeights("dense", weight)
     if weight.dtype.itemsize == 1 and kind == "int4":
         weight = unpack_int4(weight, weight.shape[0] * 2)
+    # W4A8's weight_scale_2 is the fp8 scale ModelOpt's fake quant applies after the int4 step; the
+    # int4 values times weight_scale already are the weights (TensorRT-LLM's kernel computes int4 · fp8).
     scale = scale.float()
-    scale_2 = tensors.get(f"{prefix}.weight_scale_2")
-    if scale_2 is not None and kind == "int4":
-        # W4A8: ModelOpt splits the int4 scale into a per-group part and a per-tensor part.
-        scale = scale * scale_2.float()
     pre_quant = tensors.get(f"{prefix}.pre_quant_scale")
     input_scale = tensors.get(f"{prefix}.input_scale")
     return LinearWeights(kind, weight, scale, None if pre_quant is None else pre_quant.float(),

@@ -25,7 +25,8 @@ class PagedKVCache:
         self.block_size = block_size
         self.num_blocks = num_blocks
         storage = {"auto": compute_dtype, "fp8": torch.float8_e4m3fn, "int8": torch.int8}[kv_cache_dtype]
-        shape = (num_blocks * block_size, num_kv_heads, head_dim)
+        # One extra block past num_blocks: scratch rows that padded (compiled) batches write to.
+        shape = ((num_blocks + 1) * block_size, num_kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
         # ModelOpt's k/v scales are amax / 448 (fp8); for int8 the same amax is spread over 127 steps.
@@ -63,10 +64,20 @@ class PagedKVCache:
 
     def write(self, layer: int, slots, k, v) -> None:
         """k, v: [T, kv_heads, head_dim] for the step's new tokens, written at `slots` [T]."""
-        self.k[layer].index_copy_(0, slots, self._encode(k, self.k_scale[layer]))
-        self.v[layer].index_copy_(0, slots, self._encode(v, self.v_scale[layer]))
+        # fp8 tensors lack index kernels on CPU: move their bytes as uint8.
+        self._bytes(self.k[layer]).index_copy_(0, slots, self._bytes(self._encode(k, self.k_scale[layer])))
+        self._bytes(self.v[layer]).index_copy_(0, slots, self._bytes(self._encode(v, self.v_scale[layer])))
 
     def read(self, layer: int, slots):
         """K, V at `slots` (any shape of slot ids) → [..., kv_heads, head_dim] in the compute dtype."""
-        return (self._decode(self.k[layer][slots], self.k_scale[layer]),
-                self._decode(self.v[layer][slots], self.v_scale[layer]))
+        k, v = self.k[layer], self.v[layer]
+        if self.kv_cache_dtype == "fp8":
+            k, v = self._bytes(k)[slots].view(k.dtype), self._bytes(v)[slots].view(v.dtype)
+        else:
+            k, v = k[slots], v[slots]
+        return self._decode(k, self.k_scale[layer]), self._decode(v, self.v_scale[layer])
+
+    def _bytes(self, x):
+        import torch
+
+        return x.view(torch.uint8) if self.kv_cache_dtype == "fp8" else x

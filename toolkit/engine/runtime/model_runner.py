@@ -100,7 +100,8 @@ class _Smoothed:
 
 class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
-                 dtype: str = "auto", threads: int | None = None, device: str = "cpu"):
+                 dtype: str = "auto", threads: int | None = None, device: str = "cpu",
+                 compile_decode: bool = False, compile_cache_dir: str | Path | None = None):
         import torch
 
         if device == "cpu":
@@ -127,6 +128,10 @@ class ModelRunner:
                                   num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, compute_dtype=self.dtype,
                                   kv_cache_dtype=kv_cache_dtype, scales=[layer.kv_scales for layer in ckpt.layers],
                                   device=device)
+        self.compile_decode = compile_decode
+        self.compile_cache_dir = compile_cache_dir
+        self._decode_fn = None  # set by warm_up: until then every step runs eagerly
+        self.compile_seconds = 0.0
         if kv_cache_dtype != "auto" and self.cache.scale_source == "fixed":
             log.warning("kv_cache_dtype %s: the checkpoint has no calibrated k/v scales; using a fixed amax of 16",
                         kv_cache_dtype)
@@ -229,13 +234,22 @@ class ModelRunner:
 
     def _forward(self, step: StepInput):
         import torch
-        import torch.nn.functional as F
 
-        spec = self.spec
         token_ids = step.token_ids.to(self.device)
         positions = step.positions.to(self.device)
         slots = step.slot_mapping.to(self.device)
+        if self._decode_fn is not None and all(q == 1 for q in step.query_lens):
+            return self._compiled_decode(step, token_ids, positions, slots)
         plan = self._attention_plan(step)
+        h = self._layers(token_ids, positions, slots, lambda i, q: self._attend(i, q, plan))
+        return self._logits(h[step.logits_indices.to(self.device)])
+
+    def _layers(self, token_ids, positions, slots, attend):
+        """Embedding and every decoder layer; `attend(layer, q)` reads the cache after this step's writes."""
+        import torch
+        import torch.nn.functional as F
+
+        spec = self.spec
         cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
         h = self.embed[token_ids]
         for i, layer in enumerate(self.layers):
@@ -245,29 +259,90 @@ class ModelRunner:
             q = self._rope(q.reshape(-1, spec.num_heads, spec.head_dim), cos, sin)
             k = self._rope(k.reshape(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
             self.cache.write(i, slots, k, v.reshape(-1, spec.num_kv_heads, spec.head_dim))
-            attn = self._attend(i, q, plan)
+            attn = attend(i, q)
             h = h + layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth)
             x = self._rms_norm(h, layer.post_norm)
             gu = torch.cat([lin(x) for lin in layer.gate_up], dim=-1) if len(layer.gate_up) > 1 else layer.gate_up[0](x)
             gate, up = gu.chunk(2, dim=-1)
             mlp_in = F.silu(gate) * up
             h = h + layer.down(mlp_in if layer.down_smooth is None else mlp_in * layer.down_smooth)
-        h = self._rms_norm(h[step.logits_indices.to(self.device)], self.final_norm)
-        return F.linear(h, self.lm_head).float()
+        return h
 
-    def warm_up(self, max_batch_size: int, max_num_tokens: int) -> None:
-        """First-call costs (allocator, kernel selection) paid before serving: one prefill of
-        max_num_tokens tokens and one decode step of max_batch_size sequences, written into the
-        cache's first blocks, which the scheduler's first real writes overwrite before any read."""
+    def _logits(self, h):
+        import torch.nn.functional as F
+
+        return F.linear(self._rms_norm(h, self.final_norm), self.lm_head).float()
+
+    def _decode_graph(self, token_ids, positions, slots, context_slots, mask):
+        """A pure decode step (one token per sequence) as one traceable function: the compiled path."""
+        import torch.nn.functional as F
+
+        def attend(i, q):
+            k, v = self.cache.read(i, context_slots)  # [B, ctx, kv_heads, hd]
+            o = F.scaled_dot_product_attention(q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=mask, enable_gqa=True)
+            return o.reshape(q.shape[0], -1)
+
+        return self._logits(self._layers(token_ids, positions, slots, attend))
+
+    def _compiled_decode(self, step: StepInput, token_ids, positions, slots):
+        """Pads the batch to a power of two (padding rows write to the cache's scratch block) and the
+        context to a multiple of the block size, so that a handful of graphs serve every step."""
         import torch
 
+        batch = len(step.query_lens)
+        padded = 1 << (batch - 1).bit_length()
+        ctx = -(-max(step.context_lens) // self.block_size) * self.block_size
+        scratch = self.cache.num_blocks * self.block_size  # the extra block no sequence owns
+        context_slots = torch.full((padded, ctx), scratch, dtype=torch.int64)
+        for row, (table, n) in enumerate(zip(step.block_tables, step.context_lens)):
+            blocks = torch.tensor(table[: -(-n // self.block_size)], dtype=torch.int64)
+            context_slots[row, :n] = (blocks[:, None] * self.block_size + torch.arange(self.block_size)).reshape(-1)[:n]
+        lens = torch.tensor(list(step.context_lens) + [1] * (padded - batch))
+        mask = (torch.arange(ctx)[None, :] < lens[:, None])[:, None, None, :]
+        pad = padded - batch
+        token_ids = torch.cat([token_ids, token_ids.new_zeros(pad)])
+        positions = torch.cat([positions, positions.new_zeros(pad)])
+        slots = torch.cat([slots, slots.new_full((pad,), scratch)])
+        logits = self._decode_fn(token_ids, positions, slots, context_slots.to(self.device), mask.to(self.device))
+        return logits[step.logits_indices.to(self.device)]
+
+    def _compile(self):
+        """torch.compile of the decode step. Inductor's artifacts go to a cache directory (the toolkit's
+        cache root unless told otherwise), so a second start with the same model loads them."""
+        import torch
+
+        from toolkit.engine.runtime.compile_cache import inductor_cache_dir
+
+        inductor_cache_dir(self.compile_cache_dir)
+        return torch.compile(self._decode_graph, dynamic=True, fullgraph=True)
+
+    def warm_up(self, max_batch_size: int, max_num_tokens: int) -> None:
+        """First-call costs paid before serving: compiling the decode step (when enabled), one prefill
+        of max_num_tokens tokens and one decode step per padded batch size up to max_batch_size. The
+        writes land in the cache's first blocks, which the scheduler's first real writes overwrite
+        before any read."""
+        import time
+
+        import torch
+
+        start = time.perf_counter()
+        if self.compile_decode and self._decode_fn is None:
+            self._decode_fn = self._compile()
         bs = self.block_size
         capacity = self.cache.num_blocks * bs
         n = min(max_num_tokens, capacity, self.spec.max_position_embeddings)
         blocks = list(range(-(-n // bs)))
         self.forward(StepInput(torch.zeros(n, dtype=torch.int64), torch.arange(n), [n], [n], [blocks],
                                torch.arange(n), torch.tensor([n - 1])))
-        batch = max(1, min(max_batch_size, capacity // bs))
-        self.forward(StepInput(torch.zeros(batch, dtype=torch.int64), torch.zeros(batch, dtype=torch.int64),
-                               [1] * batch, [1] * batch, [[b] for b in range(batch)],
-                               torch.arange(batch) * bs, torch.arange(batch)))
+        batch = 1
+        while True:
+            size = min(batch, max_batch_size, self.cache.num_blocks)
+            self.forward(StepInput(torch.zeros(size, dtype=torch.int64), torch.zeros(size, dtype=torch.int64),
+                                   [1] * size, [1] * size, [[b] for b in range(size)],
+                                   torch.arange(size) * bs, torch.arange(size)))
+            if size >= min(max_batch_size, self.cache.num_blocks):
+                break
+            batch *= 2
+        self.compile_seconds = time.perf_counter() - start
+        log.info("engine warm-up (compile=%s) took %.1f s", self.compile_decode, self.compile_seconds)
