@@ -113,7 +113,11 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
     go to the one that stays."""
     import time
 
+    import subprocess
+    import sys
+
     from toolkit.deploy.hpa import Autoscaler
+    from toolkit.deploy.launch import drain_script
     from toolkit.deploy.testbed.controller import Controller
     from toolkit.deploy.testbed.haproxy import Haproxy
     from toolkit.deploy.testbed.prometheus import Prometheus
@@ -135,13 +139,25 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         deadline = time.time() + 30
         while time.time() < deadline and not (in_flight(first) and in_flight(second)):
             time.sleep(0.05)
+        # The cluster pod's preStop script, against this replica's metrics: it must hold until the
+        # engine's in-flight gauge reads 0.
+        script = tmp_path / "drain.py"
+        script.write_text(drain_script(second.handle.metrics_port, endpoint_settle_s=0))
+        pre_stop = subprocess.Popen([sys.executable, str(script), "60"])
         controller.remove_replica()  # the newest: `second`
+        idle_at = None
+        while pre_stop.poll() is None:
+            if idle_at is None and in_flight(second) == 0:
+                idle_at = time.time()
+            time.sleep(0.05)
+        script_done = time.time()
         for thread in threads:
             thread.join(120)
         after: list = []
         _stream(haproxy.url, 4, after)
         for thread in list(controller._threads):
             thread.join(90)
+        assert pre_stop.returncode == 0 and idle_at is not None and script_done >= idle_at - 1.5
         assert sorted(results) == [(120, None)] * 6
         assert after == [(4, None)]
         drained = controller.drained[0]

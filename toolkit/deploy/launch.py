@@ -48,13 +48,14 @@ def server_command(config: DeploymentConfig, hosts: str | None = None) -> str:
     return text.replace("'$HOSTS'", '"$HOSTS"')
 
 
-def drain_script(metrics_port: int = PORTS["metrics"]) -> str:
-    """preStop: the pod is already leaving the Service's endpoints; wait until no request is in flight
-    (the engine's active-request gauge reads 0), then let SIGTERM stop Triton."""
+def drain_script(metrics_port: int = PORTS["metrics"], endpoint_settle_s: float = 5) -> str:
+    """preStop: the pod is already leaving the Service's endpoints (given `endpoint_settle_s` to take
+    effect); wait until no request is in flight (the engine's active-request gauge reads 0), then let
+    SIGTERM stop Triton."""
     return f"""#!/usr/bin/env python3
 # preStop drain: give the endpoint controller time to stop routing here, then wait for in-flight streams.
 import re, sys, time, urllib.request
-time.sleep(5)
+time.sleep({endpoint_settle_s:g})
 deadline = time.time() + float(sys.argv[1]) if len(sys.argv) > 1 else time.time() + 120
 active = re.compile(r'^nv_trt_llm_request_metrics{{[^}}]*request_type="active"[^}}]*}} ([0-9.e+]+)', re.M)
 while time.time() < deadline:

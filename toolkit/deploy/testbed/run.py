@@ -48,8 +48,7 @@ def testbed_config(config: DeploymentConfig, rates: list[float], step_s: float) 
 def emitted_folder(config: DeploymentConfig, out: Path) -> tuple[Path, dict]:
     """`toolkit deploy k8s` for this config: (its rule file, its HPA object)."""
     deploy_k8s(config, out / "k8s", "hpa")
-    hpa = next(p for p in (out / "k8s").glob("horizontalpodautoscaler-*.yaml"))
-    assert hpa.name == f"horizontalpodautoscaler-{config.name}.yaml" == file_name(yaml.safe_load(hpa.read_text()))
+    hpa = out / "k8s" / file_name({"kind": "HorizontalPodAutoscaler", "metadata": {"name": config.name}})
     return out / "k8s" / RULE_FILE, yaml.safe_load(hpa.read_text())
 
 
@@ -72,15 +71,11 @@ def run_testbed(config: DeploymentConfig, rates: list[float], step_s: float, out
     start = lambda index: start_replica(config, layout, index, work)  # noqa: E731
     prometheus = controller = None
     try:
-        first = start(0)
         prometheus = Prometheus(out, rules, free_port(), interval_s=min(2.0, sync_s))
         controller = Controller(autoscaler, start, haproxy, prometheus, out / "timeline.jsonl", sync_s,
                                 config.deploy.drain_timeout_s, log=lambda line: progress(f"      {line}"))
-        controller.ready[0] = first
-        haproxy.enable(0, first.handle.http_port)
-        for _ in range(1, config.deploy.min_replicas):
+        for _ in range(config.deploy.min_replicas):
             controller.add_replica()
-        controller._targets()
         _wait_routable(haproxy, config.deploy.min_replicas)
         progress(f"[3/5] testbed    haproxy {haproxy.url} → {config.deploy.min_replicas} replica(s); "
                  f"prometheus {prometheus.url}")
