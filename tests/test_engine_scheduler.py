@@ -263,3 +263,8 @@ def test_decodes_go_before_an_earlier_prompts_chunks():
     engine.step()  # a has finished: short decodes before long's next chunk takes the rest
     assert engine.runner.steps[-1].query_lens == [1, 12]
     engine.run_until_idle()
+
+
+def test_ngram_draft_continues_a_short_loop_to_full_length():
+    assert NgramIndex(3).propose([4, 5, 6, 6, 6, 6], 4) == [6, 6, 6, 6]
+    assert NgramIndex(3).propose([1, 7, 8, 7, 8], 5) == [7, 8, 7, 8, 7]

@@ -1,7 +1,8 @@
 """Speculative decoding by n-gram (prompt-lookup) drafting, as TensorRT-LLM's NGram mode does it.
 
 The draft for a sequence is what followed the most recent earlier occurrence of its last n tokens
-(n from `max_matching_ngram_size` down to 1), up to `max_draft_len` tokens. The target model then
+(n from `max_matching_ngram_size` down to 1), up to `max_draft_len` tokens; when that occurrence is
+closer than the draft is long, the repeating stretch is continued periodically. The target model then
 scores the last token and the draft in one forward pass (sampling.verify_draft): each accepted draft
 token is a decode step saved. It costs nothing when text does not repeat (no draft, a plain decode
 step) and pays off on repetitive output: code, extraction, summaries quoting their input.
@@ -51,5 +52,8 @@ class NgramIndex:
         for n in range(min(self.max_ngram, len(tokens)), 0, -1):
             start = self._after.get(tuple(tokens[-n:]))
             if start is not None and start < len(tokens):
-                return tokens[start:start + max_draft]
+                # The text repeats with period p from `start` on; continue that period past the end of what
+                # is known, so a short loop (the latest match is close) still yields a full draft.
+                period = len(tokens) - start
+                return [tokens[start + i % period] for i in range(max_draft)]
         return []
