@@ -261,3 +261,17 @@ def test_aiperf_input_file_flags_pick_the_workload():
 def test_a_trace_given_as_a_dataset_says_so():
     with pytest.raises(ToolkitError, match="looks like a Mooncake trace"):
         read_dataset(workload_sample("mooncake_trace_sample.jsonl"))
+
+
+def test_multi_turn_plays_a_conversation_file(tokenizer):
+    """AIPerf's multi_turn format: each session's turns in order, its output lengths, the answers in the history."""
+    s = settings(kind="multi_turn", path=str(workload_sample("conversations_sample.jsonl")), think_time_s=0.0,
+                 output_tokens=6, requests_per_step=5)
+    server = FakeServer()
+    run(make_workload(s, tokenizer), LoadShape("concurrency", 1, max_requests=5), server)
+    prompts = [p for p, _ in server.sent]
+    assert [(p.session, p.turn, p.output_tokens) for p in prompts] == [
+        ("s0", 0, 12), ("s0", 1, 12), ("s0", 2, 8), ("s1", 0, 6), ("s1", 1, 10)]
+    assert prompts[0].text == "What is a KV cache?"  # the system turn is not a request
+    assert prompts[1].text.startswith("What is a KV cache? answer") and prompts[1].text.endswith("the conversation?")
+    assert read_dataset(workload_sample("conversations_sample.jsonl"))[1].text == "Explain time to first token."

@@ -6,6 +6,8 @@
 - Prompts JSONL: one {"text": ..., "output_length": N} per line (AIPerf single_turn; "text_input"
   as genai-perf, "prompt" as vLLM's custom dataset; "output_tokens" / "max_tokens" also read). Lines
   without an output length get sweep.output_tokens.
+- Conversations JSONL (AIPerf multi_turn): {"session_id": ..., "turns": [{"text": ..., "output_length": N}]};
+  as a dataset its first turn is the prompt; the multi_turn workload with a path plays every turn.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ class DatasetEntry:
     reply: str | None = None  # ShareGPT: the recorded answer, whose length sets the output
 
 
-def _conversation_entry(obj: dict) -> DatasetEntry | None:
+def _conversation_turns(obj: dict) -> list[DatasetEntry]:
+    """Each user message with the reply that follows it (a user message nobody answered ends the list)."""
     turns = obj.get("conversations") or obj.get("conversation") or obj.get("messages") or []
-    prompt = None
+    out, prompt = [], None
     for turn in turns:
+        if not isinstance(turn, dict):
+            continue
         role = str(turn.get("from") or turn.get("role") or "").lower()
         text = turn.get("value") if "value" in turn else turn.get("content")
         if not isinstance(text, str):
@@ -44,8 +49,16 @@ def _conversation_entry(obj: dict) -> DatasetEntry | None:
         if prompt is None and role in _USER_ROLES and text.strip():
             prompt = text
         elif prompt is not None and role in _REPLY_ROLES:
-            return DatasetEntry(prompt, reply=text)
-    return None  # vLLM's benchmark also skips conversations without a reply
+            out.append(DatasetEntry(prompt, reply=text))
+            prompt = None
+    return out
+
+
+def _session_turns(obj: dict) -> list[DatasetEntry]:
+    """AIPerf's multi_turn line: {"session_id", "turns": [{"text", "output_length"}, ...]} (a leading system
+    turn is not a request)."""
+    turns = [t for t in obj["turns"] if isinstance(t, dict) and t.get("role") != "system"]
+    return [e for e in map(_prompt_entry, turns) if e is not None]
 
 
 def _prompt_entry(obj: dict) -> DatasetEntry | None:
@@ -60,13 +73,49 @@ def parse_entry(obj) -> DatasetEntry | None:
     """One dataset object → an entry (None when it has no usable prompt)."""
     if not isinstance(obj, dict):
         return None
+    turns = conversation_turns(obj)
+    return turns[0] if turns else None  # vLLM's benchmark also skips conversations without a reply
+
+
+def conversation_turns(obj) -> list[DatasetEntry]:
+    """A dataset object as the turns of one conversation (a single prompt is a one-turn conversation)."""
+    if not isinstance(obj, dict):
+        return []
+    if isinstance(obj.get("turns"), list):
+        return _session_turns(obj)
     if any(k in obj for k in ("conversations", "conversation", "messages")):
-        return _conversation_entry(obj)
-    return _prompt_entry(obj)
+        return _conversation_turns(obj)
+    entry = _prompt_entry(obj)
+    return [entry] if entry else []
 
 
 def read_dataset(path: str | Path) -> list[DatasetEntry]:
     """Every usable entry of a ShareGPT JSON / JSONL or prompts JSONL file, in file order."""
+    objects = _read_objects(path)
+    entries = [e for e in map(parse_entry, objects) if e is not None]
+    _refuse_empty(path, objects, entries)
+    return entries
+
+
+def read_conversations(path: str | Path) -> list[list[DatasetEntry]]:
+    """The conversations of a file, for multi-turn sessions: AIPerf multi_turn JSONL, ShareGPT (every user
+    turn with its reply), or prompts JSONL (one turn each)."""
+    objects = _read_objects(path)
+    conversations = [c for c in map(conversation_turns, objects) if c]
+    _refuse_empty(path, objects, conversations)
+    return conversations
+
+
+def output_tokens_of(entry: DatasetEntry, tokenizer, default: int) -> int:
+    """The file's output length, else the recorded reply's length (vLLM's way), else the sweep's."""
+    if entry.output_tokens:
+        return entry.output_tokens
+    if entry.reply is not None:
+        return max(1, count_tokens(tokenizer, entry.reply))
+    return default
+
+
+def _read_objects(path: str | Path) -> list:
     path = Path(path)
     if not path.is_file():
         raise ToolkitError(f"dataset file {path} does not exist", f"set sweep.workload.path: {_FIX}")
@@ -83,13 +132,15 @@ def read_dataset(path: str | Path) -> list[DatasetEntry]:
                     objects.append(json.loads(line))
                 except json.JSONDecodeError:
                     raise ToolkitError(f"{path}:{number} is not a JSON object", _FIX) from None
-    entries = [e for e in map(parse_entry, objects) if e is not None]
-    if not entries and any(isinstance(o, dict) and "input_length" in o for o in objects):
+    return objects
+
+
+def _refuse_empty(path, objects: list, found: list) -> None:
+    if not found and any(isinstance(o, dict) and "input_length" in o for o in objects):
         raise ToolkitError(f"{path} looks like a Mooncake trace (input_length, no text), not a dataset",
                            "replay it as one: sweep.workload.kind=trace (--custom-dataset-type mooncake_trace)")
-    if not entries:
+    if not found:
         raise ToolkitError(f"{path} has no usable prompt ({len(objects)} objects read)", _FIX)
-    return entries
 
 
 def dataset_prompts(entries: list[DatasetEntry], tokenizer, default_output_tokens: int,
@@ -98,12 +149,7 @@ def dataset_prompts(entries: list[DatasetEntry], tokenizer, default_output_token
     prompts, skipped = [], 0
     for entry in entries:
         isl = count_tokens(tokenizer, entry.text)
-        if entry.output_tokens:
-            osl = entry.output_tokens
-        elif entry.reply is not None:
-            osl = max(1, count_tokens(tokenizer, entry.reply))
-        else:
-            osl = default_output_tokens
+        osl = output_tokens_of(entry, tokenizer, default_output_tokens)
         if max_total_tokens and isl + osl > max_total_tokens and (not max_input_tokens or isl <= max_input_tokens):
             osl = max_total_tokens - isl  # the prompt fits: shorten its answer rather than drop it
         if (max_input_tokens and isl > max_input_tokens) or osl < 1:
