@@ -57,6 +57,14 @@ def run(workload, shape, server):
     return step
 
 
+def sent_prompts(tokenizer, concurrency, requests, **workload):
+    """What a workload sends for one step at `concurrency`, `requests` in all."""
+    server = FakeServer()
+    run(make_workload(settings(requests_per_step=requests, **workload), tokenizer),
+        LoadShape("concurrency", concurrency, max_requests=requests), server)
+    return [p for p, _ in server.sent]
+
+
 def test_sharegpt_sample_takes_first_user_turn_and_reply():
     entries = read_dataset(workload_sample("sharegpt_sample.json"))
     assert len(entries) == 8  # the conversation without a reply is skipped, as vLLM's benchmark does
@@ -136,11 +144,8 @@ def test_trace_errors_name_the_line(tmp_path):
 
 
 def test_shared_prefix_groups_share_their_system_prompt(tokenizer):
-    s = settings(kind="shared_prefix", prefixes=2, prefix_tokens=48, users_per_prefix=3, suffix_tokens=8,
-                 requests_per_step=12)
-    server = FakeServer()
-    run(make_workload(s, tokenizer), LoadShape("concurrency", 2, max_requests=12), server)
-    prompts = [p for p, _ in server.sent]
+    prompts = sent_prompts(tokenizer, 2, 12, kind="shared_prefix", prefixes=2, prefix_tokens=48, users_per_prefix=3,
+                           suffix_tokens=8)
     assert len(prompts) == 12 and {p.request_class for p in prompts} == {"prefix0", "prefix1"}
     by_class = {}
     for p in prompts:
@@ -152,11 +157,8 @@ def test_shared_prefix_groups_share_their_system_prompt(tokenizer):
 
 
 def test_multi_turn_resends_history_with_answers(tokenizer):
-    s = settings(kind="multi_turn", turns=3, turn_tokens=16, think_time_s=0.0, output_tokens=5,
-                 requests_per_step=6)
-    server = FakeServer()
-    run(make_workload(s, tokenizer), LoadShape("concurrency", 2, max_requests=6), server)
-    prompts = [p for p, _ in server.sent]
+    prompts = sent_prompts(tokenizer, 2, 6, kind="multi_turn", turns=3, turn_tokens=16, think_time_s=0.0,
+                           output_tokens=5)
     assert sorted((p.session, p.turn) for p in prompts) == [("s0", 0), ("s0", 1), ("s0", 2), ("s1", 0), ("s1", 1), ("s1", 2)]
     s0 = sorted((p for p in prompts if p.session == "s0"), key=lambda p: p.turn)
     assert s0[1].text.startswith(s0[0].text + " answer")  # the answer is part of the next turn's history
