@@ -200,6 +200,18 @@ class ModelRunner:
                       mask.to(self.device))
         return decode, prefill
 
+    def _decode_attention(self, q, k, v, mask):
+        """One query per sequence: q [B, heads, hd], k/v [B, ctx, kv_heads, hd], mask [B, 1, 1, ctx].
+        Two small batched matmuls: CPU's flash-attention kernel costs ~10x more for a single query."""
+        import torch
+
+        batch, heads, hd = q.shape
+        kv_heads = k.shape[2]
+        qg = q.reshape(batch, kv_heads, heads // kv_heads, hd)
+        scores = torch.matmul(qg, k.permute(0, 2, 3, 1)).float() * (hd ** -0.5)  # [B, kvh, g, ctx]
+        probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).to(v.dtype)
+        return torch.matmul(probs, v.permute(0, 2, 1, 3)).reshape(batch, heads, hd)
+
     def _attend(self, layer_idx: int, q, plan):
         """q: [T, heads, head_dim] → [T, heads * head_dim], reading K/V from the cache."""
         import torch
@@ -210,9 +222,7 @@ class ModelRunner:
         if decode is not None:
             rows, slots, mask = decode
             k, v = self.cache.read(layer_idx, slots)  # [S, ctx, kv_heads, hd]
-            o = F.scaled_dot_product_attention(q[rows].unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
-                                               attn_mask=mask, enable_gqa=True)
-            out[rows] = o.squeeze(2)
+            out[rows] = self._decode_attention(q[rows], k, v, mask)
         for start, q_len, ctx, slots in prefill:
             k, v = self.cache.read(layer_idx, slots)  # [ctx, kv_heads, hd]
             qs = q[start:start + q_len].transpose(0, 1).unsqueeze(0)
@@ -275,13 +285,9 @@ class ModelRunner:
 
     def _decode_graph(self, token_ids, positions, slots, context_slots, mask):
         """A pure decode step (one token per sequence) as one traceable function: the compiled path."""
-        import torch.nn.functional as F
-
         def attend(i, q):
             k, v = self.cache.read(i, context_slots)  # [B, ctx, kv_heads, hd]
-            o = F.scaled_dot_product_attention(q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),
-                                               attn_mask=mask, enable_gqa=True)
-            return o.reshape(q.shape[0], -1)
+            return self._decode_attention(q, k, v, mask).reshape(q.shape[0], -1)
 
         return self._logits(self._layers(token_ids, positions, slots, attend))
 

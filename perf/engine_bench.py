@@ -1,0 +1,249 @@
+"""The embedded CPU engine's ModelRunner, per weight format, against this machine's floors, the
+planner's roofline and llama.cpp — every figure measured in this one run.
+
+    .venv/bin/python perf/engine_bench.py                 # small preset, all formats, peers if set up
+    .venv/bin/python perf/engine_bench.py --formats none,int4_awq --batches 1,8 --no-peers
+
+Needs the checkpoints (`toolkit init-model -c configs/cpu-small.yaml`, then `toolkit quantize -c
+configs/cpu-small.yaml --qformat Q` for Q in none fp8 int8_sq int4_awq w4a8_awq) and, for the peers,
+`bash perf/setup_peers.sh` (llama.cpp through llama-cpp-python, compiled once, ~9 min on 2 cores).
+
+What is timed (the runner alone: no scheduler, no server, no sampling):
+- TTFT: one prefill step of ISL tokens (best of 3).
+- ITL at batch B: B sequences prefilled with ISL tokens, then OSL decode steps; the median step.
+  tok/s = B / that step.
+- floor: (weight bytes + KV bytes read) / bandwidth, the bandwidth probed in this run as a decode
+  step reads memory (toolkit.plan.cpu_probe: the fastest batch-1 GEMV streaming 128 MiB).
+- roofline: the planner's `cpu_decode_step_seconds` on the same probe, with the fixed per-step cost
+  measured here (the tiny preset's decode step: all of a step's dispatch and none of its bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PEERS = ROOT / "perf" / ".peers"
+FORMATS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq")
+PEER_FOR = {"none": ("bf16", "f16"), "fp8": ("q8_0",), "int8_sq": ("q8_0",), "int4_awq": ("q4_0",),
+            "w4a8_awq": ("q4_0",)}
+BLOCK = 32
+
+
+def _steps(batch: int, isl: int, start_token: int = 5):
+    """Prefill StepInputs (one per sequence) and a decode-step factory over disjoint block ranges."""
+    import torch
+
+    from toolkit.engine.runtime.step import StepInput
+
+    per_seq = -(-(isl + 256) // BLOCK)
+    tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
+    prompt = [(start_token + i * 7) % 1000 + 4 for i in range(isl)]
+
+    def prefill(seq: int) -> StepInput:
+        slots = torch.tensor([tables[seq][p // BLOCK] * BLOCK + p % BLOCK for p in range(isl)])
+        return StepInput(torch.tensor(prompt), torch.arange(isl), [isl], [isl], [tables[seq][: -(-isl // BLOCK)]],
+                         slots, torch.tensor([isl - 1]))
+
+    def decode(pos: int) -> StepInput:
+        slots = torch.tensor([tables[s][pos // BLOCK] * BLOCK + pos % BLOCK for s in range(batch)])
+        n = pos + 1
+        return StepInput(torch.full((batch,), 11), torch.full((batch,), pos), [1] * batch, [n] * batch,
+                         [t[: -(-n // BLOCK)] for t in tables], slots, torch.arange(batch))
+
+    return prefill, decode, per_seq * batch
+
+
+def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, compile_decode: bool,
+                 threads: int | None = None) -> dict:
+    import torch
+
+    from toolkit.engine.runtime.model_runner import ModelRunner
+
+    blocks = -(-(isl + 256) // BLOCK) * max(batches)
+    start = time.perf_counter()
+    runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, compile_decode=compile_decode, threads=threads)
+    load_s = time.perf_counter() - start
+    runner.warm_up(max(batches), isl)
+    result = {"weight_format": runner.weight_format, "weight_bytes": runner.weight_bytes, "load_s": load_s,
+              "warm_up_s": runner.compile_seconds, "kv_bytes_per_token": runner.kv_bytes_per_token, "itl_ms": {}}
+    prefill, _, _ = _steps(1, isl)
+    ttft = []
+    for _ in range(3):
+        t = time.perf_counter()
+        runner.forward(prefill(0))
+        ttft.append(time.perf_counter() - t)
+    result["ttft_ms"] = min(ttft) * 1e3
+    for batch in batches:
+        prefill, decode, _ = _steps(batch, isl)
+        for s in range(batch):
+            runner.forward(prefill(s))
+        times = []
+        for pos in range(isl, isl + osl):
+            t = time.perf_counter()
+            logits = runner.forward(decode(pos))
+            times.append(time.perf_counter() - t)
+        assert torch.isfinite(logits).all()
+        result["itl_ms"][batch] = statistics.median(times[2:]) * 1e3
+    del runner
+    return result
+
+
+def fixed_step_cost_s(tiny_checkpoint: Path, compile_decode: bool, threads: int | None) -> float:
+    r = bench_format(tiny_checkpoint, [1], 16, 32, compile_decode, threads)
+    return r["itl_ms"][1] / 1e3
+
+
+# --- peers ----------------------------------------------------------------------------------------
+
+def _gguf(model_dir: Path, kind: str) -> Path | None:
+    """The small preset converted with llama.cpp's own converter (and quantizer for q4_0), cached."""
+    out = PEERS / "gguf" / f"{model_dir.name}-{kind}.gguf"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    llama_cpp_dir = PEERS / "llama.cpp"
+    if kind == "q4_0":
+        f16 = _gguf(model_dir, "f16")
+        code = ("import llama_cpp,sys; p=llama_cpp.llama_model_quantize_default_params(); p.ftype=2; p.nthread=2; "
+                "sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))")
+        subprocess.run([str(PEERS / "venv/bin/python"), "-c", code, str(f16), str(out)], check=True)
+        return out
+    # The converter refuses tokenizers it has no hash for (ours is trained offline): name it gpt-2's
+    # byte-level BPE, which it is.
+    shim = ("import sys, runpy; sys.argv = sys.argv[1:]; sys.path.insert(0, sys.argv[0].rsplit('/', 1)[0]);"
+            "import convert_hf_to_gguf as c; c.TextModel.get_vocab_base_pre = lambda self, tok: 'gpt-2';"
+            "c.main()")
+    env = dict(os.environ, PYTHONPATH=str(llama_cpp_dir / "gguf-py"))
+    subprocess.run([sys.executable, "-c", shim, str(llama_cpp_dir / "convert_hf_to_gguf.py"), str(model_dir),
+                    "--outtype", kind, "--outfile", str(out)], check=True, env=env, capture_output=True)
+    return out
+
+
+_PEER_SCRIPT = r"""
+import json, sys, time, statistics
+import llama_cpp
+path, isl, osl, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = llama_cpp.Llama(model_path=path, n_ctx=isl + osl + 8, n_threads=threads, n_threads_batch=threads,
+                      n_batch=isl, verbose=False)
+prompt = [(5 + i * 7) % 1000 + 4 for i in range(isl)]
+ttft = []
+for _ in range(3):
+    llm.reset(); t = time.perf_counter(); llm.eval(prompt); ttft.append(time.perf_counter() - t)
+steps = []
+for _ in range(osl):
+    t = time.perf_counter(); llm.eval([11]); steps.append(time.perf_counter() - t)
+print(json.dumps({"ttft_ms": min(ttft) * 1e3, "itl_ms": statistics.median(steps[2:]) * 1e3}))
+"""
+
+
+def bench_llamacpp(model_dir: Path, kind: str, isl: int, osl: int, threads: int) -> dict | None:
+    try:
+        gguf = _gguf(model_dir, kind)
+        out = subprocess.run([str(PEERS / "venv/bin/python"), "-c", _PEER_SCRIPT, str(gguf), str(isl), str(osl),
+                              str(threads)], check=True, capture_output=True, text=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.CalledProcessError, OSError, json.JSONDecodeError) as e:
+        print(f"llama.cpp {kind}: not measured ({getattr(e, 'stderr', '') or e})"[:300], file=sys.stderr)
+        return None
+
+
+# --- the table -------------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="small")
+    parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--batches", default="1,2,4,8,16")
+    parser.add_argument("--isl", type=int, default=128)
+    parser.add_argument("--osl", type=int, default=64)
+    parser.add_argument("--eager", action="store_true", help="no torch.compile of the decode step")
+    parser.add_argument("--threads", type=int, help="torch threads (default: the engine's default_threads())")
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    import torch
+
+    from toolkit.engine.runtime.model_runner import default_threads
+    from toolkit.model.spec import load_model_spec
+    from toolkit.plan.cpu_probe import measure_cpu
+    from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_prefill_seconds
+
+    threads = args.threads or default_threads()
+    torch.set_num_threads(threads)
+    build = ROOT / "build"
+    batches = [int(b) for b in args.batches.split(",")]
+    compile_decode = not args.eager
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} (others' work makes figures noisy)")
+    probe = measure_cpu(rounds=2)
+    bandwidth = probe["bandwidth_bytes_s"]
+    print(f"bandwidth as a decode step reads it: {bandwidth / 1e9:.1f} GB/s ({probe['bandwidth_kernel']} GEMV)")
+    tiny = build / "models" / "tiny"
+    step_cost = fixed_step_cost_s(tiny, compile_decode, threads) if tiny.is_dir() else None
+    if step_cost is not None:
+        print(f"fixed per-step cost (tiny preset decode step): {step_cost * 1e3:.2f} ms")
+    spec = load_model_spec(build / "models" / args.model)
+    rows = {}
+    for qformat in args.formats.split(","):
+        ckpt = build / "checkpoints" / f"{args.model}-{qformat}"
+        if not ckpt.is_dir():
+            print(f"{qformat}: no checkpoint at {ckpt} (toolkit quantize -c configs/cpu-{args.model}.yaml "
+                  f"--qformat {qformat})")
+            continue
+        r = bench_format(ckpt, batches, args.isl, args.osl, compile_decode, threads)
+        context = args.isl + args.osl / 2
+        r["floor_ms"] = (r["weight_bytes"] + context * r["kv_bytes_per_token"]) / bandwidth * 1e3
+        r["roofline_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe,
+                                                        step_overhead_s=step_cost) * 1e3 for b in batches}
+        r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=step_cost) * 1e3
+        rows[qformat] = r
+        itl = r["itl_ms"]
+        print(f"{qformat:9s} {r['weight_format']:13s} load {r['load_s']:.1f}s warm-up {r['warm_up_s']:.1f}s  "
+              f"TTFT {r['ttft_ms']:.1f} ms (planner {r['prefill_floor_ms']:.1f})  "
+              + "  ".join(f"B{b} {itl[b]:.2f}ms/{b / itl[b] * 1e3:.0f}tok/s (roof x{itl[b] / r['roofline_ms'][b]:.2f})"
+                          for b in batches)
+              + f"  floor {r['floor_ms']:.2f} ms: x{itl[batches[0]] / r['floor_ms']:.2f}", flush=True)
+    peers = {}
+    if not args.no_peers and (PEERS / "venv/bin/python").is_file():
+        for kind in ("f16", "bf16", "q8_0", "q4_0"):
+            p = bench_llamacpp(build / "models" / args.model, kind, args.isl, args.osl, threads)
+            if p:
+                peers[kind] = p
+                print(f"llama.cpp {kind:5s} TTFT {p['ttft_ms']:.1f} ms  ITL {p['itl_ms']:.2f} ms", flush=True)
+    elif not args.no_peers:
+        print("peers: not set up (bash perf/setup_peers.sh)")
+    print()
+    print(markdown_table(rows, peers, batches))
+    if args.json:
+        args.json.write_text(json.dumps({"probe": probe, "step_cost_s": step_cost, "rows": rows, "peers": peers},
+                                        indent=2, default=str))
+
+
+def markdown_table(rows: dict, peers: dict, batches: list[int]) -> str:
+    head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
+            + f" | tok/s B={batches[-1]} | B=1 / floor | " + " | ".join(f"B={b} / roofline" for b in batches)
+            + " | llama.cpp ITL ms (B=1 ratio) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for q, r in rows.items():
+        itl, roof = r["itl_ms"], r["roofline_ms"]
+        peer = [f"{k} {peers[k]['itl_ms']:.2f} (x{itl[batches[0]] / peers[k]['itl_ms']:.2f})"
+                for k in PEER_FOR[q] if k in peers]
+        lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
+                     + " | ".join(f"{itl[b]:.2f}" for b in batches)
+                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {itl[batches[0]] / r['floor_ms']:.2f} | "
+                     + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches) + f" | {'; '.join(peer) or '-'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
