@@ -101,7 +101,8 @@ class _Smoothed:
 class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu",
-                 compile_decode: bool = False, compile_cache_dir: str | Path | None = None):
+                 compile_decode: bool = False, compile_cache_dir: str | Path | None = None,
+                 compile_backend: str = "inductor"):
         import torch
 
         if device == "cpu":
@@ -130,6 +131,7 @@ class ModelRunner:
                                   device=device)
         self.compile_decode = compile_decode
         self.compile_cache_dir = compile_cache_dir
+        self.compile_backend = compile_backend  # "eager" traces the same graph without code generation (tests)
         self._decode_fn = None  # set by warm_up: until then every step runs eagerly
         self.compile_seconds = 0.0
         if kv_cache_dtype != "auto" and self.cache.scale_source == "fixed":
@@ -321,7 +323,7 @@ class ModelRunner:
         from toolkit.engine.runtime.compile_cache import inductor_cache_dir
 
         inductor_cache_dir(self.compile_cache_dir)
-        return torch.compile(self._decode_graph, dynamic=True, fullgraph=True)
+        return torch.compile(self._decode_graph, dynamic=True, fullgraph=True, backend=self.compile_backend)
 
     def warm_up(self, max_batch_size: int, max_num_tokens: int) -> None:
         """First-call costs paid before serving: compiling the decode step (when enabled), one prefill
