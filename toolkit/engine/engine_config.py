@@ -31,6 +31,7 @@ class EngineConfig:
     enable_kv_cache_reuse: bool = False
     batch_scheduler_policy: str = "guaranteed_no_evict"
     max_draft_len: int = 0  # > 0: n-gram speculative decoding (CPU engine)
+    dtype: str = "auto"  # activations (the CPU engine's auto: bfloat16)
 
     @classmethod
     def from_deployment(cls, config: DeploymentConfig) -> "EngineConfig":
@@ -41,7 +42,7 @@ class EngineConfig:
                    kv_cache_dtype=config.quantize.kv_cache_dtype, tp=config.parallel.tp, pp=config.parallel.pp,
                    enable_chunked_context=e.enable_chunked_context, enable_kv_cache_reuse=e.enable_kv_cache_reuse,
                    batch_scheduler_policy=e.batch_scheduler_policy,
-                   max_draft_len=e.max_draft_len if e.speculative_decoding == "ngram" else 0)
+                   max_draft_len=e.max_draft_len if e.speculative_decoding == "ngram" else 0, dtype=e.dtype)
 
     def write(self, engine_dir: Path) -> Path:
         path = Path(engine_dir) / ENGINE_CONFIG_FILE

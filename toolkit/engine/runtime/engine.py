@@ -315,8 +315,9 @@ class Engine:
 def open_engine(engine_dir, *, threads: int | None = None, device: str = "cpu", timeline_path=None,
                 warm_up: bool = True, **options) -> Engine:
     """The engine for a built CPU engine directory, its runner warmed up. Scheduler options
-    (enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy, max_draft_len) come from the
-    engine's engine_config.json; keyword arguments that are not None override them."""
+    (enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy, max_draft_len) and the
+    activation dtype come from the engine's engine_config.json; keyword arguments that are not None
+    override them."""
     import json
     from pathlib import Path
 
@@ -330,7 +331,7 @@ def open_engine(engine_dir, *, threads: int | None = None, device: str = "cpu", 
     kv_dtype = limits.get("kv_cache_dtype") or "none"
     runner = ModelRunner(engine_dir / CHECKPOINT_SUBDIR, num_blocks=limits["kv_cache_blocks"],
                          block_size=limits["tokens_per_block"], kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
-                         threads=threads, device=device)
+                         dtype=limits.get("dtype", "auto"), threads=threads, device=device)
     config = SchedulerConfig(
         max_batch_size=limits["max_batch_size"], max_num_tokens=limits["max_num_tokens"],
         max_seq_len=limits["max_seq_len"], block_size=limits["tokens_per_block"], num_blocks=limits["kv_cache_blocks"],
