@@ -117,11 +117,14 @@ def _gguf(model_dir: Path, kind: str) -> Path | None:
                 "sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))")
         subprocess.run([str(PEERS / "venv/bin/python"), "-c", code, str(f16), str(out)], check=True)
         return out
-    # The converter refuses tokenizers it has no hash for (ours is trained offline): name it gpt-2's
-    # byte-level BPE, which it is.
-    shim = ("import sys, runpy; sys.argv = sys.argv[1:]; sys.path.insert(0, sys.argv[0].rsplit('/', 1)[0]);"
-            "import convert_hf_to_gguf as c; c.TextModel.get_vocab_base_pre = lambda self, tok: 'gpt-2';"
-            "c.main()")
+    # The converter looks for a sentencepiece or Llama-HF vocabulary first and refuses BPE tokenizers
+    # it has no hash for (ours is trained offline): it is gpt-2-style byte-level BPE, so say so.
+    shim = ("import sys; sys.argv = sys.argv[1:]; sys.path.insert(0, sys.argv[0].rsplit('/', 1)[0])\n"
+            "from conversion.base import TextModel\n"
+            "def no_such_vocab(self, *a, **k): raise FileNotFoundError('not this vocabulary kind')\n"
+            "TextModel._set_vocab_sentencepiece = TextModel._set_vocab_llama_hf = no_such_vocab\n"
+            "TextModel.get_vocab_base_pre = lambda self, tok: 'gpt-2'\n"
+            "import convert_hf_to_gguf as c; c.main()\n")
     env = dict(os.environ, PYTHONPATH=str(llama_cpp_dir / "gguf-py"))
     subprocess.run([sys.executable, "-c", shim, str(llama_cpp_dir / "convert_hf_to_gguf.py"), str(model_dir),
                     "--outtype", kind, "--outfile", str(out)], check=True, env=env, capture_output=True)
@@ -167,6 +170,7 @@ def main() -> None:
     parser.add_argument("--osl", type=int, default=64)
     parser.add_argument("--eager", action="store_true", help="no torch.compile of the decode step")
     parser.add_argument("--threads", type=int, help="torch threads (default: the engine's default_threads())")
+    parser.add_argument("--step-cost-ms", type=float, help="the fixed per-step cost, instead of measuring it")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -189,7 +193,8 @@ def main() -> None:
     bandwidth = probe["bandwidth_bytes_s"]
     print(f"bandwidth as a decode step reads it: {bandwidth / 1e9:.1f} GB/s ({probe['bandwidth_kernel']} GEMV)")
     tiny = build / "models" / "tiny"
-    step_cost = fixed_step_cost_s(tiny, compile_decode, threads) if tiny.is_dir() else None
+    step_cost = (args.step_cost_ms / 1e3 if args.step_cost_ms is not None
+                 else fixed_step_cost_s(tiny, compile_decode, threads) if tiny.is_dir() else None)
     if step_cost is not None:
         print(f"fixed per-step cost (tiny preset decode step): {step_cost * 1e3:.2f} ms")
     spec = load_model_spec(build / "models" / args.model)
