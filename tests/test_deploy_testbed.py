@@ -131,7 +131,10 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
     controller = Controller(Autoscaler(1, 2, {}), lambda i: start_replica(config, layout, i, tmp_path / "servers"),
                             haproxy, prometheus, tmp_path / "timeline.jsonl", drain_timeout_s=60)
     try:
-        first, second = controller.add_replica(), controller.add_replica()
+        for _ in range(2):  # loading side by side, as two pods would
+            controller._add_in_background()
+        assert controller.wait_for(2, 180)
+        first, second = sorted(controller.ready.values(), key=lambda r: r.started)
         results: list = []
         threads = [threading.Thread(target=_stream, args=(haproxy.url, 120, results)) for _ in range(6)]
         for thread in threads:
@@ -162,7 +165,7 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         assert after == [(4, None)]
         drained = controller.drained[0]
         assert drained["replica"] == second.name and drained["in_flight_at_drain"] > 0
-        assert list(controller.ready.values()) == [first] and haproxy.stats()["r1"]["status"] == "MAINT"
+        assert list(controller.ready.values()) == [first] and haproxy.stats()[f"r{second.index}"]["status"] == "MAINT"
     finally:
         controller.stop()
         prometheus.stop()
