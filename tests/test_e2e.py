@@ -221,6 +221,12 @@ def test_openai_front_completions_and_chat(served):
                                  ("max_tokens", 158, "max_seq_len")):
         refused = requests.post(f"{base}/completions", json=body | {field: value}, timeout=60)
         assert refused.status_code == 400 and needle in refused.json()["error"]["message"], (field, refused.text)
+    # The repository's models take TensorRT-LLM's sampling inputs: the front passes OpenAI's fields through,
+    # and a seed makes a sampled completion repeat.
+    sampled = [requests.post(f"{base}/completions", json=body | {"temperature": 0.9, "top_p": 0.95, "seed": 11},
+                             timeout=60) for _ in range(2)]
+    assert all(r.status_code == 200 for r in sampled), sampled[0].text
+    assert sampled[0].json()["choices"][0]["text"] == sampled[1].json()["choices"][0]["text"]
 
 
 @pytest.mark.parametrize("endpoint", ["openai-completions", "openai-chat"])
