@@ -66,11 +66,12 @@ def hf_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
 
 
-def _runner(checkpoint_dir, dtype="fp32", kv_cache_dtype="auto"):
+def _runner(checkpoint_dir, dtype="fp32", kv_cache_dtype="auto", fp8_kernel="scaled_mm"):
+    """fp8 runs torch's fp8 GEMM on ModelOpt's exact values here; the served CPU default is checked apart."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     return ModelRunner(checkpoint_dir, num_blocks=64, block_size=BLOCK, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-                       compile_decode=False)
+                       compile_decode=False, fp8_kernel=fp8_kernel)
 
 
 def _run_schedule(runner, prompts, decode_steps=4):
@@ -247,6 +248,20 @@ def test_int4_kernels_serve_the_checkpoint_exactly(quantized, qformat):
             linear.act_quant = None
     logits = runner.forward(PagedSequences(runner.cache.num_blocks).step({0: PROMPTS[0]}, logits_for="all"))
     assert (logits - _reference(reference, PROMPTS[0])).abs().max().item() < 1e-4
+
+
+def test_fp8_served_as_int8_on_cpu_stays_close(quantized, hf_model):
+    """On the CPU, fp8 weights run as int8 per channel (torch's fp8 GEMM is a slow reference path there).
+    That is a second rounding of the weights: measured 64 % of the fp8 format's own effect away from the
+    exact fp8 GEMM's logits on this tiny model (2026-11-23); held to 80 %, i.e. the same order as fp8."""
+    ckpt, fake_quant = quantized("fp8")
+    served = _runner(ckpt, "fp32", fp8_kernel="auto")
+    assert served.weight_format == "int8(fp8)-a8"
+    prompt = PROMPTS[0]
+    step = PagedSequences(served.cache.num_blocks).step({0: prompt}, logits_for="all")
+    exact = _runner(ckpt, "fp32").forward(step)
+    quant_effect = (_reference(hf_model, prompt) - _reference(fake_quant, prompt)).abs().max().item()
+    assert (served.forward(step) - exact).abs().max().item() < 0.8 * quant_effect
 
 
 @pytest.mark.parametrize("qformat", ["int4_awq", "fp8"])

@@ -3,8 +3,8 @@
   dense  bf16 (or fp32) weights, `F.linear`
   int4   packed int4 with group scales: `torch._weight_int4pack_mm_for_cpu` (CPU) — INT4-AWQ, W4A8-AWQ
   int8   int8 weights, per-channel scales: `torch._weight_int8pack_mm` — INT8 SmoothQuant
-  fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations where this torch has it on the
-         device, else the fp8 bytes are widened to the compute dtype inside the call (stated once)
+  fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; on the CPU (whose fp8
+         GEMM is a slow reference path in torch 2.13) re-quantized to int8 per channel (stated once)
 
 Activation quantization is reproduced as ModelOpt calibrated it (static per-tensor `input_scale`):
 FP8 and W4A8 round activations to fp8_e4m3, SmoothQuant to int8, before the GEMM. AWQ / SmoothQuant
@@ -179,8 +179,16 @@ def can_fuse(parts: list[LinearWeights]) -> bool:
             and len({p.group_size for p in parts}) == 1)
 
 
-def make_linear(parts: list[LinearWeights], dtype, device="cpu") -> Linear:
-    """One kernel over `parts` stacked along the output dimension (pre_quant_scale already handled)."""
+FP8_KERNELS = ("auto", "scaled_mm", "int8")
+
+
+def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str = "auto") -> Linear:
+    """One kernel over `parts` stacked along the output dimension (pre_quant_scale already handled).
+
+    fp8_kernel: "scaled_mm" runs torch's fp8 GEMM on ModelOpt's exact values; "int8" re-quantizes the
+    fp8 weights to int8 per output channel and runs the int8 kernel; "auto" picks scaled_mm off the
+    CPU and int8 on it, where torch 2.13's fp8 GEMM is a reference loop (~50x slower than bf16 at
+    batch 1, perf/README.md)."""
     import torch
 
     first = parts[0]
@@ -195,10 +203,31 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu") -> Linear:
         scales = torch.cat([p.weight_scale for p in parts]).to(device)
         return Int8Linear(weight, scales, dtype, first.act_quant, input_scale)
     if first.kind == "fp8":
+        if fp8_kernel not in FP8_KERNELS:
+            raise ValueError(f"fp8_kernel {fp8_kernel!r} is not one of {', '.join(FP8_KERNELS)}")
         rows = torch.cat([p.weight_scale.float().expand(p.out_features) for p in parts]).to(device)
-        scaled_mm = fp8_scaled_mm_available(str(device))
-        if not scaled_mm:
+        on_cpu = torch.device(device).type == "cpu"
+        if fp8_kernel == "int8" or (fp8_kernel == "auto" and on_cpu):
+            _say_once("fp8-int8", "fp8 weights: torch's fp8 GEMM on CPU is a slow reference path; serving them as "
+                                  "int8 per output channel (re-quantized from the fp8 values) on the int8 kernel, "
+                                  "activations still rounded to fp8")
+            return fp8_as_int8(weight, rows, dtype, first.act_quant, input_scale)
+        if not fp8_scaled_mm_available(str(device)):
             _say_once("fp8", f"fp8: torch._scaled_mm is not available on {device}: fp8 weights are widened to "
                              f"{dtype} inside each GEMM (8-bit weight reads, {dtype} arithmetic)")
-        return Fp8Linear(weight, rows, dtype, first.act_quant, input_scale, use_scaled_mm=scaled_mm)
+            return Fp8Linear(weight, rows, dtype, first.act_quant, input_scale, use_scaled_mm=False)
+        return Fp8Linear(weight, rows, dtype, first.act_quant, input_scale)
     raise ValueError(f"no kernel for weight kind {first.kind!r}")
+
+
+def fp8_as_int8(values, row_scales, dtype, act_quant, input_scale) -> Int8Linear:
+    """fp8 weights (times their scales) re-quantized to int8 with one scale per output row: at most half
+    an int8 step of the row's largest weight away from ModelOpt's values."""
+    import torch
+
+    exact = values.float() * row_scales[:, None]
+    scale = exact.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+    linear = Int8Linear(torch.round(exact / scale[:, None]).clamp(-127, 127).to(torch.int8), scale, dtype,
+                        act_quant, input_scale)
+    linear.weight_format = "int8(fp8)" + ("-a8" if act_quant else "")
+    return linear

@@ -60,33 +60,34 @@ def resolve_dtype(dtype: str, device: str):
 
 
 class _Layer:
-    def __init__(self, weights, dtype, device):
+    def __init__(self, weights, dtype, device, fp8_kernel="auto"):
+        self.fp8_kernel = fp8_kernel
         lin = weights.linears
         self.input_norm = weights.input_norm.float().to(device)
         self.post_norm = weights.post_attention_norm.float().to(device)
         self.qkv, self.input_norm = self._fused([lin["q"], lin["k"], lin["v"]], self.input_norm, dtype, device)
         self.gate_up, self.post_norm = self._fused([lin["gate"], lin["up"]], self.post_norm, dtype, device)
-        self.o, self.o_smooth = self._single(lin["o"], dtype, device)
-        self.down, self.down_smooth = self._single(lin["down"], dtype, device)
+        self.o, self.o_smooth = self._single(lin["o"], dtype, device, fp8_kernel)
+        self.down, self.down_smooth = self._single(lin["down"], dtype, device, fp8_kernel)
         self.splits = [lin["q"].out_features, lin["k"].out_features, lin["v"].out_features]
         self.input_norm = self.input_norm.to(dtype)
         self.post_norm = self.post_norm.to(dtype)
 
-    @staticmethod
-    def _fused(parts: list[LinearWeights], norm, dtype, device):
+    def _fused(self, parts: list[LinearWeights], norm, dtype, device):
         """Fold a shared pre_quant_scale into the norm (exact), then fuse the GEMMs where formats allow."""
         smooth = parts[0].pre_quant_scale
         if smooth is not None and all(p.pre_quant_scale is not None for p in parts) and can_fuse(parts):
             norm = norm * smooth.to(device)
             parts = [LinearWeights(p.kind, p.weight, p.weight_scale, None, p.input_scale, p.act_quant) for p in parts]
         if can_fuse(parts):
-            return [make_linear(parts, dtype, device)], norm
-        return [_Smoothed(make_linear([p], dtype, device), p.pre_quant_scale, dtype, device) for p in parts], norm
+            return [make_linear(parts, dtype, device, self.fp8_kernel)], norm
+        return [_Smoothed(make_linear([p], dtype, device, self.fp8_kernel), p.pre_quant_scale, dtype, device)
+                for p in parts], norm
 
     @staticmethod
-    def _single(part: LinearWeights, dtype, device):
+    def _single(part: LinearWeights, dtype, device, fp8_kernel):
         smooth = None if part.pre_quant_scale is None else part.pre_quant_scale.to(device).to(dtype)
-        return make_linear([part], dtype, device), smooth
+        return make_linear([part], dtype, device, fp8_kernel), smooth
 
 
 class _Smoothed:
@@ -102,7 +103,7 @@ class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu",
                  compile_decode: bool = False, compile_cache_dir: str | Path | None = None,
-                 compile_backend: str = "inductor"):
+                 compile_backend: str = "inductor", fp8_kernel: str = "auto"):
         import torch
 
         if device == "cpu":
@@ -119,7 +120,7 @@ class ModelRunner:
         self.embed = ckpt.embed_tokens.to(device).to(self.dtype)
         self.final_norm = ckpt.final_norm.to(device).to(self.dtype)
         self.lm_head = ckpt.lm_head.to(device).to(self.dtype)
-        self.layers = [_Layer(layer, self.dtype, device) for layer in ckpt.layers]
+        self.layers = [_Layer(layer, self.dtype, device, fp8_kernel) for layer in ckpt.layers]
         inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim))
         angles = torch.outer(torch.arange(s.max_position_embeddings, dtype=torch.float64), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
