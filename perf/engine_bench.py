@@ -115,7 +115,8 @@ def _gguf(model_dir: Path, kind: str) -> Path | None:
         f16 = _gguf(model_dir, "f16")
         code = ("import llama_cpp,sys; p=llama_cpp.llama_model_quantize_default_params(); p.ftype=2; p.nthread=2; "
                 "sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))")
-        subprocess.run([str(PEERS / "venv/bin/python"), "-c", code, str(f16), str(out)], check=True)
+        subprocess.run([str(PEERS / "venv/bin/python"), "-c", code, str(f16), str(out)], check=True,
+                       capture_output=True)
         return out
     # The converter looks for a sentencepiece or Llama-HF vocabulary first and refuses BPE tokenizers
     # it has no hash for (ours is trained offline): it is gpt-2-style byte-level BPE, so say so.
