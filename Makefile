@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 CONFIG ?= configs/cpu-small.yaml
 TOOLKIT := $(BIN)/toolkit
 
-.PHONY: setup setup-tools demo test test-fast model quantize engine repo serve stop sweep report clean
+.PHONY: setup setup-tools demo test test-slow test-fast model quantize engine repo serve stop sweep report clean
 
 setup: $(VENV)/.installed
 
@@ -32,10 +32,14 @@ setup-tools:
 	      prometheus haproxy >/dev/null; } || echo "setup-tools: could not install prometheus/haproxy; their tests will skip"
 
 test: setup setup-tools
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# The minutes-long timed runs left out of `make test` (the autoscaling testbed ramp).
+test-slow: setup setup-tools
+	$(BIN)/python -m pytest -q -m slow
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not e2e"
+	$(BIN)/python -m pytest -q -m "not e2e and not slow"
 
 # One stage at a time, each taking CONFIG=configs/<name>.yaml (make target → toolkit command)
 STAGE_model  := init-model
