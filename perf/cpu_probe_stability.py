@@ -27,7 +27,8 @@ def main() -> None:
         start = time.perf_counter()
         runs.append(measure_cpu())
         seconds.append(time.perf_counter() - start)
-    rows = [("bandwidth GB/s (batch-1 GEMV, best kernel)", [r["bandwidth_bytes_s"] / 1e9 for r in runs])]
+    rows = [("bandwidth GB/s (fastest read)", [r["bandwidth_bytes_s"] / 1e9 for r in runs]),
+            ("sum GB/s", [r["read_bytes_s_sum"] / 1e9 for r in runs])]
     rows += [(f"{k} GEMV GB/s", [r["gemv_bytes_s"][k] / 1e9 for r in runs]) for k in KERNELS]
     rows += [(f"{k} GFLOP/s", [r["flops"][k] / 1e9 for r in runs]) for k in KERNELS]
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {runs[0]['cpu']}, {runs[0]['threads']} threads, "

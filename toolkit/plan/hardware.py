@@ -17,7 +17,7 @@ from toolkit.quantize.formats import QFORMATS, weight_format
 class HardwareSpec:
     name: str
     memory_gb: float
-    bandwidth_tbs: float  # device memory bandwidth (CPU: as a batch-1 weight-streaming GEMV reads)
+    bandwidth_tbs: float  # device memory bandwidth (CPU: the probe's fastest streaming read)
     peak_tflops: dict[str, float]  # compute type → dense peak
     interconnect_gbs: float  # per-GPU bandwidth to peers (NVLink, else PCIe), one direction
     source: str

@@ -119,7 +119,7 @@ def _rate(flops: float) -> str:
 def _device_row(g: dict, d: dict) -> str:
     if g.get("kind") == "cpu":
         peaks = ", ".join(f"{k} {v * 1e3:,.0f}" for k, v in g["peak_tflops"].items())
-        return (f"this CPU: {g['memory_gb']:,.0f} GB, {g['bandwidth_tbs'] * 1e3:,.1f} GB/s (batch-1 GEMV), "
+        return (f"this CPU: {g['memory_gb']:,.0f} GB, {g['bandwidth_tbs'] * 1e3:,.1f} GB/s ({g['probe'].get('bandwidth_kernel', 'read')} read), "
                 f"kernels {peaks} GFLOP/s, fixed {g['step_overhead_s'] * 1e3:.2f} ms per step; {g['source']}")
     return (f"{g['name']} × {d['tp'] * d['pp']} (TP {d['tp']}, PP {d['pp']}); {g['memory_gb']:,.0f} GB, "
             f"{g['bandwidth_tbs'] * 1e3:,.0f} GB/s")
