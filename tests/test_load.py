@@ -192,13 +192,17 @@ def test_demo_ends_with_one_sentence_of_what_was_measured():
                 "output_token_throughput": {"avg": tps}}
 
     summary = {"run": {"model": "small", "qformat": "fp8", "target": "cpu", "endpoint": "triton-grpc",
+                       "served_engine": {"weight_format": "int8(fp8)-a8", "compute_dtype": "bfloat16"},
                        "sweep": {"step_warmup_requests": 8}},
                "steps": [step(1, 50.0, 20.0, 48), step(8, 210.5, 31.25, 240)]}
     assert measured_sentence(summary) == (
-        "Measured small (fp8 weights computed in float32 on CPU) behind Triton with in-flight batching over "
+        "Measured small (fp8 checkpoint on int8(fp8)-a8 kernels, bfloat16 activations) behind Triton with in-flight batching over "
         "triton-grpc: from concurrency 1 to 8, TTFT p50 50.0 → 210.5 ms, ITL p50 20.0 → 31.2 ms, output 48 → 240 "
         "tokens/s (32 requests per step after 8 warm-up requests).")
     assert measured_sentence({"steps": [{"request_count": 0}]}).startswith("Nothing was measured")
+    # A run that did not record what the engine runs claims no compute precision.
+    del summary["run"]["served_engine"]
+    assert measured_sentence(summary).startswith("Measured small (fp8 weights) behind Triton")
 
 
 def test_a_run_stops_when_nothing_has_succeeded_but_not_after_a_step_that_did():

@@ -565,8 +565,9 @@ def measured_sentence(summary: dict) -> str:
         return " → ".join(f"{v:.1f}" for v in values) or "-"
 
     weights = info.get("qformat", "?")
-    precision = (f"{weights} weights computed in float32 on CPU" if info.get("target") == "cpu"
-                 else f"{weights} weights")
+    served = info.get("served_engine") or {}  # what the CPU engine said it runs; older runs lack it
+    precision = (f"{weights} checkpoint on {served['weight_format']} kernels, {served['compute_dtype']} activations"
+                 if served.get("weight_format") and served.get("compute_dtype") else f"{weights} weights")
     sweep = info.get("sweep") or {}
     warm = f" after {sweep['step_warmup_requests']} warm-up requests" if sweep.get("step_warmup_requests") else ""
     return (f"Measured {info.get('model', '?')} ({precision}) behind Triton with in-flight batching over "

@@ -1,4 +1,6 @@
-"""Load a ModelOpt unified HF checkpoint for the CPU engine by dequantizing its weights.
+"""Load a ModelOpt unified HF checkpoint as a float32 transformers model by dequantizing its weights:
+the independent reference the tests compare the engine against (the CPU engine itself keeps the
+weights in low precision: toolkit/engine/runtime/checkpoint.py).
 
 Plain `from_pretrained` cannot reload these checkpoints faithfully (the scale tensors come back as
 unexpected keys and the fp8/int4 weights are cast, not scaled). Here each quantized Linear weight is
@@ -10,9 +12,9 @@ turned back into float32 exactly as ModelOpt quantized it:
 
 `pre_quant_scale` (AWQ / SmoothQuant smoothing) multiplies the layer's input, so it is folded into
 the weight's columns. Activation quantization (`input_scale`) and KV-cache quantization are NOT
-emulated: the CPU engine computes in float32 with the quantized weights' values.
+emulated here: this model computes in float32 with the quantized weights' values.
 
-Runs inside Triton's python backend: imports only torch, safetensors and transformers.
+Imports only torch, safetensors and transformers.
 """
 
 from __future__ import annotations
