@@ -22,19 +22,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from toolkit.engine.runtime.checkpoint import unpack_int4  # one reading of ModelOpt's int4 packing
+
 _SCALE_SUFFIXES = ("weight_scale", "weight_scale_2", "input_scale", "pre_quant_scale",
                    "k_scale", "v_scale", "output_scale")
-
-
-def unpack_int4(packed, out_features: int):
-    """uint8 (out/2, in) → int8 (out, in); ModelOpt packs output rows 2j (low nibble) and 2j+1 (high)."""
-    import torch
-
-    low = (packed & 0x0F).to(torch.int8)
-    high = ((packed >> 4) & 0x0F).to(torch.int8)
-    low = torch.where(low > 7, low - 16, low)
-    high = torch.where(high > 7, high - 16, high)
-    return torch.stack([low, high], dim=1).reshape(out_features, packed.shape[-1])
 
 
 def dequantize_state_dict(tensors: dict, quant_algo: str | None) -> dict:
