@@ -33,3 +33,31 @@ def test_stop_ends_the_stubs_of_a_killed_tritonserver(tmp_path, tiny_model_dir):
     assert {f"{name} ({pid})" for pid, name in orphans} <= set(stopped.ended)
     assert "ended" in stopped.stop_summary and str(orphans[0][0]) in stopped.stop_summary
     assert not layout.server_state_file.exists()
+
+
+def test_replicas_assembling_the_cpu_backend_dir_side_by_side_do_not_race(tmp_path):
+    """Two replicas started at once share one work dir (the testbed does this); unlink-then-symlink
+    lost that race as EEXIST and one replica never started."""
+    import threading
+
+    from toolkit.serve.install import cpu_triton
+
+    errors: list[Exception] = []
+
+    def assemble():
+        try:
+            for _ in range(30):
+                cpu_triton(tmp_path)
+        except Exception as error:  # noqa: BLE001 — collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=assemble) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    backend = tmp_path / "triton_backends" / "python"
+    assert sorted(p.name for p in backend.iterdir()) == [
+        "libtriton_python.so", "triton_python_backend_stub", "triton_python_backend_utils.py"]
+    assert all(p.resolve().is_file() for p in backend.iterdir())

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import sysconfig
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,10 +49,7 @@ def cpu_triton(work_dir: Path) -> TritonInstall:
     python_backend.mkdir(parents=True, exist_ok=True)
     for source in (server / "backends" / "python" / "libtriton_python.so",
                    server / "backends" / "python" / "triton_python_backend_utils.py", stub):
-        link = python_backend / source.name
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(source)
+        _link_atomically(python_backend / source.name, source)
     libs = root.parent / "nvidia_pytriton.libs"
     # The interpreter's own LIBDIR first, or the stub may load the system's libpython of the same minor.
     ld_path = os.pathsep.join(p for p in (str(libs), sysconfig.get_config_var("LIBDIR") or "",
@@ -60,6 +58,14 @@ def cpu_triton(work_dir: Path) -> TritonInstall:
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     return TritonInstall(server / "bin" / "tritonserver", python_backend.parent,
                          {"LD_LIBRARY_PATH": ld_path, "PATH": path})
+
+
+def _link_atomically(link: Path, target: Path) -> None:
+    """Point `link` at `target` with a rename, so replicas starting side by side in one work dir never
+    see (or race on) a half-made link: unlink-then-symlink lost that race as EEXIST."""
+    staging = link.with_name(f".{link.name}.{uuid.uuid4().hex}")  # unique across threads and processes
+    staging.symlink_to(target)
+    os.replace(staging, link)
 
 
 def gpu_triton(explicit: str | None) -> TritonInstall:
