@@ -179,9 +179,10 @@ EXTENSIONS: dict[tuple[str, str, str], str] = {
 
 # The llmapi model's model.yaml: `triton_config` keys its model.py reads, and LLM(...) arguments — the fields
 # of BaseLlmArgs + TorchLlmArgs (StrictBaseModel, extra="forbid": an unknown key stops LLM(...)) and of the
-# nested configs we write, as tensorrt_llm/llmapi/llm_args.py of the 1.1 line declares them (read 2026-11-23
-# from a stored version whose TorchLlmArgs ends with ray_worker_extension_cls and whose KvCacheConfig has
-# tokens_per_block). `mpi_session` is left out: model.py sets it itself.
+# nested configs we write, as tensorrt_llm/llmapi/llm_args.py declares them (read 2026-11-23 from a stored
+# version whose TorchLlmArgs ends with ray_worker_extension_cls and whose KvCacheConfig has tokens_per_block).
+# Not verified at v1.1.0 itself (commit 48b7b5d8): no copy of that release could be read here, see
+# tests/data/upstream/README.md. `mpi_session` is left out: model.py sets it itself.
 LLMAPI_TRITON_CONFIG_KEYS = ("max_batch_size", "decoupled", "cancellation_check_period_ms")
 LLMAPI_ARGS = frozenset("""
 model tokenizer tokenizer_mode skip_tokenizer_init trust_remote_code tensor_parallel_size dtype revision
