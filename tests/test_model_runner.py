@@ -271,8 +271,16 @@ def test_bf16_kernels_close_to_fp32(quantized, qformat):
     fp32 = _run_schedule(_runner(ckpt, "fp32"), PROMPTS[:1], decode_steps=2)[0]
     bf16 = _run_schedule(_runner(ckpt, "auto"), PROMPTS[:1], decode_steps=2)[0]
     scale = max(lg.abs().max().item() for _, lg in fp32)
-    assert [t for t, _ in fp32] == [t for t, _ in bf16]
-    assert max((a - b).abs().max().item() for (_, a), (_, b) in zip(fp32, bf16)) < 0.05 * scale
+    compared = 0
+    for (tokens_a, a), (tokens_b, b) in zip(fp32, bf16):
+        if tokens_a != tokens_b:
+            break  # an earlier greedy pick differed on a near-tie (asserted below): contexts differ from here
+        error = (a - b).abs().max().item()
+        assert error < 0.05 * scale
+        # bf16's greedy pick is fp32's, or within twice the error of it (a near-tie on this random model)
+        assert a[int(b.argmax())] >= a.max() - 2 * error
+        compared += 1
+    assert compared >= 1
 
 
 def test_fp8_kv_cache_is_honoured(quantized, hf_model):

@@ -9,6 +9,7 @@ from toolkit.config import validate_config
 from toolkit.errors import ToolkitError
 from toolkit.model.tokenizer import load_tokenizer
 from toolkit.bench.rundir import RunDir
+from toolkit import compile_native
 from toolkit.repo import native
 from toolkit.repo.writer import write_synthetic_repository
 from toolkit.serve.server import running_server
@@ -83,7 +84,7 @@ def test_synthetic_backend_choice_is_checked(tmp_path):
 
 
 def test_native_backend_without_a_compiler_says_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setattr(native, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(compile_native, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(native, "compiler", lambda: None)
     with pytest.raises(ToolkitError, match="no C\\+\\+ compiler") as info:
         write_synthetic_repository(tmp_path / "repo", 10, 5)
@@ -94,7 +95,7 @@ def test_native_backend_without_a_compiler_says_what_to_do(tmp_path, monkeypatch
 def test_native_backend_is_compiled_once_and_exports_the_backend_api(tmp_path, monkeypatch):
     import subprocess
 
-    monkeypatch.setattr(native, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(compile_native, "CACHE_DIR", tmp_path / "cache")
     library = native.build_backend("toolkit_synthetic", "synthetic_backend.cc")
     assert library.name == "libtriton_toolkit_synthetic.so"
     assert native.build_backend("toolkit_synthetic", "synthetic_backend.cc") == library  # cached

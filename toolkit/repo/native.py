@@ -6,25 +6,15 @@ directory. Builds are cached by source hash, so a repository write costs a compi
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import subprocess
 from importlib import resources
 from pathlib import Path
 
-from toolkit.cache import CACHE_ROOT
+from toolkit.compile_native import compiled_library, find_compiler
 from toolkit.errors import ToolkitError
-
-CACHE_DIR = CACHE_ROOT / "native"
-
 
 def compiler() -> str | None:
     """The C++ compiler to use: $CXX, else g++ or c++ on PATH."""
-    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if candidate and shutil.which(candidate):
-            return candidate
-    return None
+    return find_compiler("c++")
 
 
 def build_backend(name: str, source: str) -> Path:
@@ -36,19 +26,6 @@ def build_backend(name: str, source: str) -> Path:
                            "install g++ (apt-get install g++) or set CXX; the synthetic model also has a "
                            "python backend (perf/client_accuracy.py --server-backend python)")
     flags = ["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread"]
-    key = hashlib.sha256(code + " ".join([cxx, *flags]).encode()).hexdigest()[:16]
-    library = CACHE_DIR / f"{name}-{key}" / f"libtriton_{name}.so"
-    if library.is_file():
-        return library
-    library.parent.mkdir(parents=True, exist_ok=True)
-    source_copy = library.parent / source
-    source_copy.write_bytes(code)
-    partial = library.with_suffix(".so.partial")
     # Triton's symbols are left undefined on purpose: the tritonserver process that loads the
     # backend provides them (libtritonserver), so no Triton headers or libraries are needed here.
-    result = subprocess.run([cxx, *flags, "-o", str(partial), str(source_copy)], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise ToolkitError(f"compiling the {name} Triton backend failed: {result.stderr.strip()[-400:]}",
-                           f"check the compiler ({cxx}) can build C++17")
-    partial.rename(library)
-    return library
+    return compiled_library(name, f"libtriton_{name}.so", source, code, cxx, flags)

@@ -134,6 +134,7 @@ class Engine:
         cache = getattr(runner, "cache", None)
         return {"weight_format": getattr(runner, "weight_format", None),
                 "compute_dtype": str(getattr(runner, "dtype", "")).replace("torch.", "") or None,
+                "step_kernels": getattr(runner, "step_kernels", None),
                 "kv_cache_dtype": getattr(cache, "kv_cache_dtype", None),
                 "threads": torch.get_num_threads(), "startup_seconds": self.startup_seconds,
                 "enable_chunked_context": c.enable_chunked_context, "enable_kv_cache_reuse": c.enable_kv_cache_reuse,

@@ -103,7 +103,7 @@ class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu",
                  compile_decode: bool = False, compile_cache_dir: str | Path | None = None,
-                 compile_backend: str = "inductor", fp8_kernel: str = "auto"):
+                 compile_backend: str = "inductor", fp8_kernel: str = "auto", native: bool = True):
         import torch
 
         if device == "cpu":
@@ -130,6 +130,13 @@ class ModelRunner:
                                   num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, compute_dtype=self.dtype,
                                   kv_cache_dtype=kv_cache_dtype, scales=[layer.kv_scales for layer in ckpt.layers],
                                   device=device)
+        # Fused C kernels for norms, RoPE and decode attention (native_kernels.py) where they build here.
+        self.native = None
+        if native and device == "cpu":
+            from toolkit.engine.runtime import native_kernels
+
+            kernels = native_kernels.load()
+            self.native = kernels if kernels is not None and kernels.supports(self.dtype) else None
         self.compile_decode = compile_decode
         self.compile_cache_dir = compile_cache_dir
         self.compile_backend = compile_backend  # "eager" traces the same graph without code generation (tests)
@@ -144,6 +151,11 @@ class ModelRunner:
         formats = {lin.weight_format for layer in self.layers
                    for lin in (*self._linears(layer),)}
         return "+".join(sorted(formats))
+
+    @property
+    def step_kernels(self) -> str:
+        """What runs between the GEMMs: the fused C kernels, or torch ops where those could not be built."""
+        return "fused C (RMSNorm, RoPE, paged decode attention)" if self.native is not None else "torch ops"
 
     @property
     def weight_bytes(self) -> int:
@@ -165,9 +177,17 @@ class ModelRunner:
     def _rms_norm(self, x, weight):
         import torch
 
+        if self.native is not None and not self._tracing():
+            return self.native.rms_norm(x, weight, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * xf.to(x.dtype)
+
+    @staticmethod
+    def _tracing() -> bool:
+        import torch
+
+        return torch.compiler.is_compiling()
 
     def _rope(self, x, cos, sin):
         import torch
@@ -196,7 +216,14 @@ class ModelRunner:
                 prefill.append((row, q_len, ctx, slots.to(self.device)))
             row += q_len
         decode = None
-        if decode_rows:
+        if decode_rows and self.native is not None:
+            # The fused kernel walks each sequence's block table itself: no gathered K/V copy, no mask.
+            tables = [list(t[: -(-c // bs)]) for q, c, t in zip(step.query_lens, step.context_lens, step.block_tables)
+                      if q == 1]
+            width = max(len(t) for t in tables)
+            decode = (torch.tensor(decode_rows), torch.tensor([t + [0] * (width - len(t)) for t in tables]),
+                      torch.tensor(decode_lens, dtype=torch.int64))
+        elif decode_rows:
             lens = torch.tensor(decode_lens)
             mask = (torch.arange(max_decode_ctx)[None, :] < lens[:, None])[:, None, None, :]
             decode = (torch.tensor(decode_rows, device=self.device), torch.stack(decode_slots).to(self.device),
@@ -222,7 +249,13 @@ class ModelRunner:
 
         decode, prefill = plan
         out = torch.empty_like(q)
-        if decode is not None:
+        if decode is not None and self.native is not None:
+            rows, tables, lens = decode
+            q_rows = q if len(rows) == q.shape[0] else q[rows]
+            out[rows] = self.native.decode_attention(q_rows, self.cache.k[layer_idx], self.cache.v[layer_idx], tables,
+                                                     lens, self.block_size, self.cache.k_scale[layer_idx],
+                                                     self.cache.v_scale[layer_idx])
+        elif decode is not None:
             rows, slots, mask = decode
             k, v = self.cache.read(layer_idx, slots)  # [S, ctx, kv_heads, hd]
             out[rows] = self._decode_attention(q[rows], k, v, mask)
@@ -268,9 +301,18 @@ class ModelRunner:
         for i, layer in enumerate(self.layers):
             x = self._rms_norm(h, layer.input_norm)
             qkv = torch.cat([lin(x) for lin in layer.qkv], dim=-1) if len(layer.qkv) > 1 else layer.qkv[0](x)
-            q, k, v = qkv.split(layer.splits, dim=-1)
-            q = self._rope(q.reshape(-1, spec.num_heads, spec.head_dim), cos, sin)
-            k = self._rope(k.reshape(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
+            if self.native is not None and not self._tracing():
+                # RoPE in place on the q and k columns of the fused output, where they lie.
+                q_cols, k_cols = layer.splits[0], layer.splits[1]
+                positions = positions.to(torch.int64).contiguous()
+                self.native.rope_(qkv, spec.num_heads, spec.head_dim, positions, self.cos, self.sin)
+                self.native.rope_(qkv[:, q_cols:], spec.num_kv_heads, spec.head_dim, positions, self.cos, self.sin)
+                q, k, v = qkv.split(layer.splits, dim=-1)
+                q, k = q.reshape(-1, spec.num_heads, spec.head_dim), k.reshape(-1, spec.num_kv_heads, spec.head_dim)
+            else:
+                q, k, v = qkv.split(layer.splits, dim=-1)
+                q = self._rope(q.reshape(-1, spec.num_heads, spec.head_dim), cos, sin)
+                k = self._rope(k.reshape(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
             self.cache.write(i, slots, k, v.reshape(-1, spec.num_kv_heads, spec.head_dim))
             attn = attend(i, q)
             h = h + layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth)

@@ -1,0 +1,143 @@
+"""The engine's fused C kernels against the torch ops they replace (model_runner.py's reference path)."""
+
+import pytest
+
+from toolkit.compile_native import find_compiler
+
+pytestmark = pytest.mark.skipif(find_compiler("c") is None, reason="no C compiler here to build the fused kernels")
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 12, 4, 64, 8
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    from toolkit.engine.runtime import native_kernels
+
+    loaded = native_kernels.load()
+    assert loaded is not None
+    return loaded
+
+
+def _dtype(name):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_rms_norm_matches_hf_llama_rounding(kernels, dtype):
+    import torch
+
+    dt = _dtype(dtype)
+    x, w = torch.randn(5, 768, dtype=dt), torch.randn(768, dtype=dt)
+    xf = x.float()
+    expected = w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dt)
+    tolerance = 1e-5 if dtype == "fp32" else 1e-2  # bf16: the same roundings, summation order aside
+    assert (kernels.rms_norm(x, w, 1e-5).float() - expected.float()).abs().max().item() < tolerance
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_rope_rotates_the_q_and_k_columns_of_a_fused_row_in_place(kernels, dtype):
+    import torch
+
+    dt = _dtype(dtype)
+    positions = torch.tensor([0, 3, 77])
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM))
+    angles = torch.outer(torch.arange(128, dtype=torch.float64), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    cos, sin = angles.cos().to(dt), angles.sin().to(dt)
+    qkv = torch.randn(3, (HEADS + 2 * KV_HEADS) * HEAD_DIM, dtype=dt)
+
+    def reference(x):
+        half = HEAD_DIM // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos[positions][:, None] + rotated * sin[positions][:, None]
+
+    q_cols = HEADS * HEAD_DIM
+    expected_q = reference(qkv[:, :q_cols].reshape(3, HEADS, HEAD_DIM))
+    expected_k = reference(qkv[:, q_cols:q_cols + KV_HEADS * HEAD_DIM].reshape(3, KV_HEADS, HEAD_DIM))
+    v_before = qkv[:, q_cols + KV_HEADS * HEAD_DIM:].clone()
+    kernels.rope_(qkv, HEADS, HEAD_DIM, positions, cos, sin)
+    kernels.rope_(qkv[:, q_cols:], KV_HEADS, HEAD_DIM, positions, cos, sin)
+    tolerance = 1e-6 if dtype == "fp32" else 0.05  # bf16: one rounding here, three in the torch ops
+    assert (qkv[:, :q_cols].reshape(3, HEADS, HEAD_DIM) - expected_q).abs().max().item() < tolerance
+    k = qkv[:, q_cols:q_cols + KV_HEADS * HEAD_DIM].reshape(3, KV_HEADS, HEAD_DIM)
+    assert (k - expected_k).abs().max().item() < tolerance
+    assert torch.equal(qkv[:, q_cols + KV_HEADS * HEAD_DIM:], v_before)  # v untouched
+
+
+def _paged(cache_dtype, seed=0):
+    """A cache of 40 blocks in `cache_dtype`, three sequences over scattered blocks (one of length 1)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    k = torch.randn(40 * BLOCK, KV_HEADS, HEAD_DIM, generator=gen)
+    v = torch.randn(40 * BLOCK, KV_HEADS, HEAD_DIM, generator=gen)
+    tables = torch.tensor([[5, 9, 2, 30, 17, 0, 0, 0, 0, 0], [7, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                           [11, 12, 13, 14, 15, 16, 18, 19, 20, 21]])
+    lens = torch.tensor([37, 1, 80])
+    return k, v, tables, lens
+
+
+@pytest.mark.parametrize("act,cache", [("fp32", "fp32"), ("bf16", "bf16"), ("bf16", "fp8"), ("bf16", "int8"),
+                                       ("fp32", "int8")])
+def test_paged_decode_attention_equals_attention_over_the_gathered_context(kernels, act, cache):
+    import torch
+
+    k, v, tables, lens = _paged(cache)
+    act_dt = _dtype(act)
+    q = torch.randn(3, HEADS, HEAD_DIM).to(act_dt)
+    scale = 0.05
+    if cache == "fp8":
+        k_store, v_store = (k / scale).to(torch.float8_e4m3fn), (v / scale).to(torch.float8_e4m3fn)
+    elif cache == "int8":
+        k_store, v_store = (k / scale).round().clamp(-127, 127).to(torch.int8), \
+                           (v / scale).round().clamp(-127, 127).to(torch.int8)
+    else:
+        k_store, v_store, scale = k.to(_dtype(cache)), v.to(_dtype(cache)), 1.0
+    out = kernels.decode_attention(q, k_store, v_store, tables, lens, BLOCK, scale, scale)
+    assert out.dtype == act_dt and out.shape == q.shape
+    for b in range(3):
+        n = int(lens[b])
+        slots = (tables[b][:, None] * BLOCK + torch.arange(BLOCK)).reshape(-1)[:n]
+        keys = (k_store[slots].float() * scale).repeat_interleave(HEADS // KV_HEADS, dim=1)
+        values = (v_store[slots].float() * scale).repeat_interleave(HEADS // KV_HEADS, dim=1)
+        scores = torch.einsum("hd,thd->ht", q[b].float(), keys) / HEAD_DIM ** 0.5
+        expected = torch.einsum("ht,thd->hd", scores.softmax(-1), values)
+        tolerance = 1e-5 if act == "fp32" else 1e-2
+        assert (out[b].float() - expected).abs().max().item() < tolerance, b
+
+
+def test_runner_with_fused_kernels_equals_its_torch_path_in_fp32(tiny_model_dir):
+    """Mixed prefill/decode steps over shuffled blocks: the fused path and the torch-op path agree."""
+    import random
+
+    import torch
+
+    from toolkit.engine.runtime.model_runner import ModelRunner
+    from toolkit.engine.runtime.step import StepInput
+
+    runners = [ModelRunner(tiny_model_dir, num_blocks=32, block_size=BLOCK, dtype="fp32", native=native)
+               for native in (True, False)]
+    assert runners[0].native is not None and runners[1].native is None
+    blocks = list(range(32))
+    random.Random(1).shuffle(blocks)
+    tables = {0: blocks[:6], 1: blocks[6:12]}
+    prompts = {0: list(range(5, 30)), 1: [7, 3, 9, 11, 200, 13]}
+
+    def step(chunks):  # {seq: (start position, tokens)}
+        ids, pos, slots, qlens, ctxs, tabs, rows = [], [], [], [], [], [], []
+        for seq, (start, toks) in chunks.items():
+            for i, t in enumerate(toks):
+                p = start + i
+                ids.append(t), pos.append(p), slots.append(tables[seq][p // BLOCK] * BLOCK + p % BLOCK)
+            qlens.append(len(toks)), ctxs.append(start + len(toks)), tabs.append(tables[seq])
+            rows.append(len(ids) - 1)
+        return StepInput(torch.tensor(ids), torch.tensor(pos), qlens, ctxs, tabs, torch.tensor(slots),
+                         torch.tensor(rows))
+
+    schedule = [{0: (0, prompts[0])}, {0: (25, [40]), 1: (0, prompts[1])}, {0: (26, [41]), 1: (6, [42])},
+                {0: (27, [43]), 1: (7, [44])}]
+    for chunks in schedule:
+        fused, reference = (r.forward(step(chunks)) for r in runners)
+        assert (fused - reference).abs().max().item() < 1e-4

@@ -1,0 +1,157 @@
+/* Fused CPU kernels for the embedded engine's step, called through ctypes on torch tensors' memory.
+ *
+ * Why C and not more torch ops: at batch 1 a decode step of the `small` preset does ~40 small torch
+ * ops per layer (norms, RoPE, a gathered K/V copy, two tiny batched matmuls and a softmax); each op
+ * costs a few microseconds of dispatch and the tiny matmuls run far below the machine's rate, so the
+ * non-GEMM part of the step cost more than the weight-bound GEMMs. These kernels do that part in one
+ * call each, in fp32 arithmetic, reading K/V straight from the paged cache through the block table.
+ *
+ * dtype codes (shared with native_kernels.py): 0 float32, 1 bfloat16, 2 int8 (times a scale),
+ * 3 float8_e4m3fn (times a scale). Activations are 0 or 1; the KV cache may be any of the four.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
+
+static float fp8_table[256];
+static int fp8_ready = 0;
+
+static void init_fp8(void) {
+    if (fp8_ready) return;
+    for (int i = 0; i < 256; i++) {
+        int sign = i >> 7, exp = (i >> 3) & 15, man = i & 7;
+        float v;
+        if (exp == 15 && man == 7) v = NAN;
+        else if (exp == 0) v = ldexpf((float)man / 8.0f, -6);
+        else v = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
+        fp8_table[i] = sign ? -v : v;
+    }
+    fp8_ready = 1;
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even, as torch does */
+    return (uint16_t)(u >> 16);
+}
+
+/* n values of dtype `kind` at `src` (element offset `at`) into fp32 `dst`, times `scale` for 8-bit kinds. */
+static inline void load_row(float *dst, const void *src, int64_t at, int n, int kind, float scale) {
+    switch (kind) {
+    case F32: memcpy(dst, (const float *)src + at, (size_t)n * 4); break;
+    case BF16: { const uint16_t *s = (const uint16_t *)src + at; for (int i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]); break; }
+    case I8: { const int8_t *s = (const int8_t *)src + at; for (int i = 0; i < n; i++) dst[i] = (float)s[i] * scale; break; }
+    default: { const uint8_t *s = (const uint8_t *)src + at; for (int i = 0; i < n; i++) dst[i] = fp8_table[s[i]] * scale; break; }
+    }
+}
+
+static inline void store_row(void *dst, int64_t at, const float *src, int n, int kind) {
+    if (kind == F32) memcpy((float *)dst + at, src, (size_t)n * 4);
+    else { uint16_t *d = (uint16_t *)dst + at; for (int i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]); }
+}
+
+/* Rounds v to the activation dtype, as a torch op whose output has that dtype would. */
+static inline float round_to(float v, int kind) { return kind == BF16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
+
+/* out[t] = w * to_dtype(x[t] * rsqrt(mean(x[t]^2) + eps)), as HF Llama's RMSNorm rounds. */
+void rms_norm(const void *x, const void *w, void *out, int64_t tokens, int hidden, float eps, int kind) {
+    #pragma omp parallel for if (tokens > 4)
+    for (int64_t t = 0; t < tokens; t++) {
+        float row[hidden], wf[hidden];
+        load_row(row, x, t * hidden, hidden, kind, 1.0f);
+        load_row(wf, w, 0, hidden, kind, 1.0f);
+        float ss = 0.0f;
+        #pragma omp simd reduction(+ : ss)
+        for (int i = 0; i < hidden; i++) ss += row[i] * row[i];
+        float r = 1.0f / sqrtf(ss / (float)hidden + eps);
+        for (int i = 0; i < hidden; i++) row[i] = round_to(wf[i] * round_to(row[i] * r, kind), kind);
+        store_row(out, t * hidden, row, hidden, kind);
+    }
+}
+
+/* In place on x, `heads` heads of head_dim per token, token t's first head at t * row_stride (so the q or
+ * k part of a fused qkv row can be rotated where it lies): non-interleaved RoPE (HF Llama's rotate_half)
+ * at positions[t], cos/sin tables [max_pos, head_dim] in the activation dtype. */
+void rope(void *x, int64_t row_stride, const int64_t *positions, const void *cos_t, const void *sin_t,
+          int64_t tokens, int heads, int head_dim, int kind) {
+    int half = head_dim / 2;
+    for (int64_t t = 0; t < tokens; t++) {
+        float c[head_dim], s[head_dim], row[head_dim], outr[head_dim];
+        load_row(c, cos_t, positions[t] * head_dim, head_dim, kind, 1.0f);
+        load_row(s, sin_t, positions[t] * head_dim, head_dim, kind, 1.0f);
+        for (int h = 0; h < heads; h++) {
+            int64_t at = t * row_stride + (int64_t)h * head_dim;
+            load_row(row, x, at, head_dim, kind, 1.0f);
+            for (int i = 0; i < half; i++) {
+                outr[i] = row[i] * c[i] - row[i + half] * s[i];
+                outr[i + half] = row[i + half] * c[i + half] + row[i] * s[i + half];
+            }
+            store_row(x, at, outr, head_dim, kind);
+        }
+    }
+}
+
+/* One query token per sequence against its paged context.
+ * q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim]
+ * (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
+ * context_lens: [batch]. Query head h reads kv head h / (heads / kv_heads), as HF's repeat_kv. */
+void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
+                      const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
+                      int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
+    init_fp8();
+    int group = heads / kv_heads;
+    float softmax_scale = 1.0f / sqrtf((float)head_dim);
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < batch; b++) {
+        for (int kvh = 0; kvh < kv_heads; kvh++) {
+            int64_t ctx = context_lens[b];
+            const int64_t *table = block_tables + (int64_t)b * max_blocks;
+            float qs[group][head_dim], acc[group][head_dim], row[head_dim], m[group], l[group];
+            float *scores = (float *)malloc(sizeof(float) * (size_t)(ctx * group));
+            for (int g = 0; g < group; g++) {
+                load_row(qs[g], q, ((int64_t)b * heads + kvh * group + g) * head_dim, head_dim, act_kind, 1.0f);
+                for (int i = 0; i < head_dim; i++) { qs[g][i] *= softmax_scale; acc[g][i] = 0.0f; }
+                m[g] = -INFINITY;
+                l[g] = 0.0f;
+            }
+            for (int64_t t = 0; t < ctx; t++) {
+                int64_t slot = table[t / block_size] * block_size + t % block_size;
+                load_row(row, k_cache, (slot * kv_heads + kvh) * head_dim, head_dim, cache_kind, k_scale);
+                for (int g = 0; g < group; g++) {
+                    float s = 0.0f;
+                    #pragma omp simd reduction(+ : s)
+                    for (int i = 0; i < head_dim; i++) s += qs[g][i] * row[i];
+                    scores[t * group + g] = s;
+                    if (s > m[g]) m[g] = s;
+                }
+            }
+            for (int64_t t = 0; t < ctx; t++) {
+                int64_t slot = table[t / block_size] * block_size + t % block_size;
+                load_row(row, v_cache, (slot * kv_heads + kvh) * head_dim, head_dim, cache_kind, v_scale);
+                for (int g = 0; g < group; g++) {
+                    float p = expf(scores[t * group + g] - m[g]);
+                    l[g] += p;
+                    for (int i = 0; i < head_dim; i++) acc[g][i] += p * row[i];
+                }
+            }
+            for (int g = 0; g < group; g++) {
+                float inv = 1.0f / l[g];
+                for (int i = 0; i < head_dim; i++) acc[g][i] *= inv;
+                store_row(out, ((int64_t)b * heads + kvh * group + g) * head_dim, acc[g], head_dim, act_kind);
+            }
+            free(scores);
+        }
+    }
+}

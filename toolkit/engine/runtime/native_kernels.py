@@ -1,0 +1,108 @@
+"""The engine's fused CPU kernels (csrc/decode_kernels.c): RMSNorm, RoPE and paged decode attention.
+
+Compiled once per machine with the system C compiler (-O3 -march=native, OpenMP; cached by source,
+flags and CPU model) and called through ctypes on the tensors' memory. Why: see the C file's header.
+`load()` returns None, after one log line saying why and what runs instead, when there is no C
+compiler or the build fails; the runner then keeps its torch-op path (model_runner.py), which is
+also the reference the tests hold these kernels to.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import platform
+from importlib import resources
+
+log = logging.getLogger(__name__)
+
+ACTIVATION_KINDS = {"torch.float32": 0, "torch.bfloat16": 1}
+CACHE_KINDS = {"torch.float32": 0, "torch.bfloat16": 1, "torch.int8": 2, "torch.float8_e4m3fn": 3}
+_FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno"]
+_loaded: dict[str, object] = {}
+
+
+def _cpu_model() -> str:
+    """What -march=native compiled for: a cached library is only reused on the same CPU model."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith(("model name", "flags")):
+                return f"{platform.machine()} {line.strip()}"
+    except OSError:
+        pass
+    return platform.machine()
+
+
+class NativeKernels:
+    def __init__(self, library: ctypes.CDLL):
+        c = ctypes
+        self._lib = library
+        library.rms_norm.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_float, c.c_int]
+        library.rope.argtypes = [c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int]
+        library.decode_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
+                                             c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float,
+                                             c.c_float, c.c_int, c.c_int]
+        for fn in (library.rms_norm, library.rope, library.decode_attention):
+            fn.restype = None
+
+    @staticmethod
+    def supports(activation_dtype) -> bool:
+        return str(activation_dtype) in ACTIVATION_KINDS
+
+    def rms_norm(self, x, weight, eps: float):
+        """x [..., hidden] contiguous, weight [hidden], both in the activation dtype."""
+        import torch
+
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        hidden = x.shape[-1]
+        self._lib.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel() // hidden, hidden, eps,
+                           ACTIVATION_KINDS[str(x.dtype)])
+        return out
+
+    def rope_(self, x, heads: int, head_dim: int, positions, cos, sin) -> None:
+        """In place on the first heads * head_dim columns of x [tokens, row] (unit stride in a row: the q or
+        k slice of a fused qkv output); positions int64 [tokens]; cos/sin [max_pos, head_dim]."""
+        assert x.stride(-1) == 1 and x.shape[-1] >= heads * head_dim
+        self._lib.rope(x.data_ptr(), x.stride(0), positions.data_ptr(), cos.data_ptr(), sin.data_ptr(), x.shape[0],
+                       heads, head_dim, ACTIVATION_KINDS[str(x.dtype)])
+
+    def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, block_size: int,
+                         k_scale: float, v_scale: float):
+        """q [batch, heads, head_dim]; caches [slots, kv_heads, head_dim]; block_tables int64 [batch, max_blocks];
+        context_lens int64 [batch] → [batch, heads, head_dim] in q's dtype."""
+        import torch
+
+        q = q.contiguous()
+        out = torch.empty_like(q)
+        batch, heads, head_dim = q.shape
+        self._lib.decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
+                                   context_lens.data_ptr(), out.data_ptr(), batch, heads, k_cache.shape[1], head_dim,
+                                   block_tables.shape[1], block_size, k_scale, v_scale,
+                                   ACTIVATION_KINDS[str(q.dtype)], CACHE_KINDS[str(k_cache.dtype)])
+        return out
+
+
+def load() -> NativeKernels | None:
+    """The compiled kernels, or None (said once in the log) where they cannot be built here."""
+    if "kernels" in _loaded:
+        return _loaded["kernels"]
+    from toolkit.compile_native import compiled_library, find_compiler
+    from toolkit.errors import ToolkitError
+
+    kernels = None
+    cc = find_compiler("c")
+    if cc is None:
+        log.warning("no C compiler (gcc/cc/clang or $CC): the CPU engine runs norms, RoPE and attention as "
+                    "separate torch ops, slower per step; install gcc for the fused kernels")
+    else:
+        code = resources.files("toolkit.engine.runtime").joinpath("csrc", "decode_kernels.c").read_bytes()
+        try:
+            path = compiled_library("engine_kernels", "libtoolkit_engine_kernels.so", "decode_kernels.c", code, cc,
+                                    _FLAGS, extra_key=_cpu_model())
+            kernels = NativeKernels(ctypes.CDLL(str(path)))
+        except (ToolkitError, OSError) as error:
+            log.warning("the CPU engine's fused kernels did not build (%s): running norms, RoPE and attention "
+                        "as separate torch ops instead", error)
+    _loaded["kernels"] = kernels
+    return kernels
