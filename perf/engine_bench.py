@@ -62,7 +62,7 @@ def _steps(batch: int, isl: int, start_token: int = 5):
     return prefill, decode, per_seq * batch
 
 
-def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, compile_decode: bool,
+def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
                  threads: int | None = None) -> dict:
     import torch
 
@@ -70,11 +70,11 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, compi
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
     start = time.perf_counter()
-    runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, compile_decode=compile_decode, threads=threads)
+    runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, native=native, threads=threads)
     load_s = time.perf_counter() - start
     runner.warm_up(max(batches), isl)
     result = {"weight_format": runner.weight_format, "weight_bytes": runner.weight_bytes, "load_s": load_s,
-              "warm_up_s": runner.compile_seconds, "kv_bytes_per_token": runner.kv_bytes_per_token, "itl_ms": {}}
+              "warm_up_s": runner.warm_up_seconds, "step_kernels": runner.step_kernels, "kv_bytes_per_token": runner.kv_bytes_per_token, "itl_ms": {}}
     prefill, _, _ = _steps(1, isl)
     ttft = []
     for _ in range(3):
@@ -97,8 +97,8 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, compi
     return result
 
 
-def fixed_step_cost_s(tiny_checkpoint: Path, compile_decode: bool, threads: int | None) -> float:
-    r = bench_format(tiny_checkpoint, [1], 16, 32, compile_decode, threads)
+def fixed_step_cost_s(tiny_checkpoint: Path, native: bool, threads: int | None) -> float:
+    r = bench_format(tiny_checkpoint, [1], 16, 32, native, threads)
     return r["itl_ms"][1] / 1e3
 
 
@@ -169,7 +169,8 @@ def main() -> None:
     parser.add_argument("--batches", default="1,2,4,8,16")
     parser.add_argument("--isl", type=int, default=128)
     parser.add_argument("--osl", type=int, default=64)
-    parser.add_argument("--eager", action="store_true", help="no torch.compile of the decode step")
+    parser.add_argument("--torch-ops", action="store_true",
+                        help="norms, RoPE and attention as torch ops (the fallback without a C compiler) instead of the fused C kernels")
     parser.add_argument("--threads", type=int, help="torch threads (default: the engine's default_threads())")
     parser.add_argument("--step-cost-ms", type=float, help="the fixed per-step cost, instead of measuring it")
     parser.add_argument("--no-peers", action="store_true")
@@ -187,7 +188,7 @@ def main() -> None:
     torch.set_num_threads(threads)
     build = ROOT / "build"
     batches = [int(b) for b in args.batches.split(",")]
-    compile_decode = not args.eager
+    native = not args.torch_ops
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} (others' work makes figures noisy)")
     probe = measure_cpu(rounds=2)
@@ -195,7 +196,7 @@ def main() -> None:
     print(f"bandwidth as a decode step reads it: {bandwidth / 1e9:.1f} GB/s ({probe['bandwidth_kernel']} GEMV)")
     tiny = build / "models" / "tiny"
     step_cost = (args.step_cost_ms / 1e3 if args.step_cost_ms is not None
-                 else fixed_step_cost_s(tiny, compile_decode, threads) if tiny.is_dir() else None)
+                 else fixed_step_cost_s(tiny, native, threads) if tiny.is_dir() else None)
     if step_cost is not None:
         print(f"fixed per-step cost (tiny preset decode step): {step_cost * 1e3:.2f} ms")
     spec = load_model_spec(build / "models" / args.model)
@@ -206,7 +207,7 @@ def main() -> None:
             print(f"{qformat}: no checkpoint at {ckpt} (toolkit quantize -c configs/cpu-{args.model}.yaml "
                   f"--qformat {qformat})")
             continue
-        r = bench_format(ckpt, batches, args.isl, args.osl, compile_decode, threads)
+        r = bench_format(ckpt, batches, args.isl, args.osl, native, threads)
         context = args.isl + args.osl / 2
         r["floor_ms"] = (r["weight_bytes"] + context * r["kv_bytes_per_token"]) / bandwidth * 1e3
         r["roofline_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe,

@@ -25,8 +25,7 @@ class PagedKVCache:
         self.block_size = block_size
         self.num_blocks = num_blocks
         storage = {"auto": compute_dtype, "fp8": torch.float8_e4m3fn, "int8": torch.int8}[kv_cache_dtype]
-        # One extra block past num_blocks: scratch rows that padded (compiled) batches write to.
-        shape = ((num_blocks + 1) * block_size, num_kv_heads, head_dim)
+        shape = (num_blocks * block_size, num_kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
         # ModelOpt's k/v scales are amax / 448 (fp8); for int8 the same amax is spread over 127 steps.

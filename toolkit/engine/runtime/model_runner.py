@@ -101,9 +101,8 @@ class _Smoothed:
 
 class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
-                 dtype: str = "auto", threads: int | None = None, device: str = "cpu",
-                 compile_decode: bool = False, compile_cache_dir: str | Path | None = None,
-                 compile_backend: str = "inductor", fp8_kernel: str = "auto", native: bool = True):
+                 dtype: str = "auto", threads: int | None = None, device: str = "cpu", fp8_kernel: str = "auto",
+                 native: bool = True):
         import torch
 
         if device == "cpu":
@@ -137,11 +136,7 @@ class ModelRunner:
 
             kernels = native_kernels.load()
             self.native = kernels if kernels is not None and kernels.supports(self.dtype) else None
-        self.compile_decode = compile_decode
-        self.compile_cache_dir = compile_cache_dir
-        self.compile_backend = compile_backend  # "eager" traces the same graph without code generation (tests)
-        self._decode_fn = None  # set by warm_up: until then every step runs eagerly
-        self.compile_seconds = 0.0
+        self.warm_up_seconds = 0.0
         if kv_cache_dtype != "auto" and self.cache.scale_source == "fixed":
             log.warning("kv_cache_dtype %s: the checkpoint has no calibrated k/v scales; using a fixed amax of 16",
                         kv_cache_dtype)
@@ -177,17 +172,11 @@ class ModelRunner:
     def _rms_norm(self, x, weight):
         import torch
 
-        if self.native is not None and not self._tracing():
+        if self.native is not None:
             return self.native.rms_norm(x, weight, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * xf.to(x.dtype)
-
-    @staticmethod
-    def _tracing() -> bool:
-        import torch
-
-        return torch.compiler.is_compiling()
 
     def _rope(self, x, cos, sin):
         import torch
@@ -284,8 +273,6 @@ class ModelRunner:
         token_ids = step.token_ids.to(self.device)
         positions = step.positions.to(self.device)
         slots = step.slot_mapping.to(self.device)
-        if self._decode_fn is not None and all(q == 1 for q in step.query_lens):
-            return self._compiled_decode(step, token_ids, positions, slots)
         plan = self._attention_plan(step)
         h = self._layers(token_ids, positions, slots, lambda i, q: self._attend(i, q, plan))
         return self._logits(h[step.logits_indices.to(self.device)])
@@ -301,7 +288,7 @@ class ModelRunner:
         for i, layer in enumerate(self.layers):
             x = self._rms_norm(h, layer.input_norm)
             qkv = torch.cat([lin(x) for lin in layer.qkv], dim=-1) if len(layer.qkv) > 1 else layer.qkv[0](x)
-            if self.native is not None and not self._tracing():
+            if self.native is not None:
                 # RoPE in place on the q and k columns of the fused output, where they lie.
                 q_cols, k_cols = layer.splits[0], layer.splits[1]
                 positions = positions.to(torch.int64).contiguous()
@@ -328,48 +315,8 @@ class ModelRunner:
 
         return F.linear(self._rms_norm(h, self.final_norm), self.lm_head).float()
 
-    def _decode_graph(self, token_ids, positions, slots, context_slots, mask):
-        """A pure decode step (one token per sequence) as one traceable function: the compiled path."""
-        def attend(i, q):
-            k, v = self.cache.read(i, context_slots)  # [B, ctx, kv_heads, hd]
-            return self._decode_attention(q, k, v, mask).reshape(q.shape[0], -1)
-
-        return self._logits(self._layers(token_ids, positions, slots, attend))
-
-    def _compiled_decode(self, step: StepInput, token_ids, positions, slots):
-        """Pads the batch to a power of two (padding rows write to the cache's scratch block) and the
-        context to a multiple of the block size, so that a handful of graphs serve every step."""
-        import torch
-
-        batch = len(step.query_lens)
-        padded = 1 << (batch - 1).bit_length()
-        ctx = -(-max(step.context_lens) // self.block_size) * self.block_size
-        scratch = self.cache.num_blocks * self.block_size  # the extra block no sequence owns
-        context_slots = torch.full((padded, ctx), scratch, dtype=torch.int64)
-        for row, (table, n) in enumerate(zip(step.block_tables, step.context_lens)):
-            blocks = torch.tensor(table[: -(-n // self.block_size)], dtype=torch.int64)
-            context_slots[row, :n] = (blocks[:, None] * self.block_size + torch.arange(self.block_size)).reshape(-1)[:n]
-        lens = torch.tensor(list(step.context_lens) + [1] * (padded - batch))
-        mask = (torch.arange(ctx)[None, :] < lens[:, None])[:, None, None, :]
-        pad = padded - batch
-        token_ids = torch.cat([token_ids, token_ids.new_zeros(pad)])
-        positions = torch.cat([positions, positions.new_zeros(pad)])
-        slots = torch.cat([slots, slots.new_full((pad,), scratch)])
-        logits = self._decode_fn(token_ids, positions, slots, context_slots.to(self.device), mask.to(self.device))
-        return logits[step.logits_indices.to(self.device)]
-
-    def _compile(self):
-        """torch.compile of the decode step. Inductor's artifacts go to a cache directory (the toolkit's
-        cache root unless told otherwise), so a second start with the same model loads them."""
-        import torch
-
-        from toolkit.engine.runtime.compile_cache import inductor_cache_dir
-
-        inductor_cache_dir(self.compile_cache_dir)
-        return torch.compile(self._decode_graph, dynamic=True, fullgraph=True, backend=self.compile_backend)
-
     def warm_up(self, max_batch_size: int, max_num_tokens: int) -> None:
-        """First-call costs paid before serving: compiling the decode step (when enabled), one prefill
+        """First-call costs paid before serving: one prefill
         of max_num_tokens tokens and one decode step per padded batch size up to max_batch_size. The
         writes land in the cache's first blocks, which the scheduler's first real writes overwrite
         before any read."""
@@ -378,8 +325,6 @@ class ModelRunner:
         import torch
 
         start = time.perf_counter()
-        if self.compile_decode and self._decode_fn is None:
-            self._decode_fn = self._compile()
         bs = self.block_size
         capacity = self.cache.num_blocks * bs
         n = min(max_num_tokens, capacity, self.spec.max_position_embeddings)
@@ -395,5 +340,5 @@ class ModelRunner:
             if size >= min(max_batch_size, self.cache.num_blocks):
                 break
             batch *= 2
-        self.compile_seconds = time.perf_counter() - start
-        log.info("engine warm-up (compile=%s) took %.1f s", self.compile_decode, self.compile_seconds)
+        self.warm_up_seconds = time.perf_counter() - start
+        log.info("engine warm-up took %.1f s", self.warm_up_seconds)

@@ -42,7 +42,10 @@ class NativeKernels:
         library.decode_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                              c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float,
                                              c.c_float, c.c_int, c.c_int]
-        for fn in (library.rms_norm, library.rope, library.decode_attention):
+        library.gemm_int8.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p, c.c_int]
+        library.gemm_int4.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p,
+                                      c.c_int]
+        for fn in (library.rms_norm, library.rope, library.decode_attention, library.gemm_int8, library.gemm_int4):
             fn.restype = None
 
     @staticmethod
@@ -81,6 +84,44 @@ class NativeKernels:
                                    block_tables.shape[1], block_size, k_scale, v_scale,
                                    ACTIVATION_KINDS[str(q.dtype)], CACHE_KINDS[str(k_cache.dtype)])
         return out
+
+
+    # --- weight-only GEMMs (x [M, K] in the activation dtype → [M, N]) --------------------------------
+
+    def gemm_int8(self, x, weight, scale):
+        """weight int8 [N, K], scale fp32 [N]."""
+        import torch
+
+        x = x.contiguous()
+        n, k = weight.shape
+        y = torch.empty(x.shape[0], n, dtype=x.dtype)
+        self._lib.gemm_int8(x.data_ptr(), x.shape[0], k, weight.data_ptr(), scale.data_ptr(), n, y.data_ptr(),
+                            ACTIVATION_KINDS[str(x.dtype)])
+        return y
+
+    @staticmethod
+    def int4_packable(in_features: int, group_size: int) -> bool:
+        return group_size % 32 == 0 and in_features % group_size == 0
+
+    @staticmethod
+    def pack_int4(values):
+        """int4 values [N, K] in [-8, 7] → bytes [N, K/2] in the kernel's layout (see decode_kernels.c)."""
+        import torch
+
+        n, k = values.shape
+        nibbles = (values.to(torch.int16) + 8).to(torch.uint8).reshape(n, k // 32, 2, 16)
+        return (nibbles[:, :, 0, :] | (nibbles[:, :, 1, :] << 4)).reshape(n, k // 2).contiguous()
+
+    def gemm_int4(self, x, packed, scales, group_size: int):
+        """packed: pack_int4's bytes [N, K/2]; scales fp32 [N, K/group_size]."""
+        import torch
+
+        x = x.contiguous()
+        n, k = packed.shape[0], packed.shape[1] * 2
+        y = torch.empty(x.shape[0], n, dtype=x.dtype)
+        self._lib.gemm_int4(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scales.data_ptr(), group_size, n,
+                            y.data_ptr(), ACTIVATION_KINDS[str(x.dtype)])
+        return y
 
 
 def load() -> NativeKernels | None:

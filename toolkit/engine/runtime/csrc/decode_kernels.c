@@ -155,3 +155,127 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
         }
     }
 }
+
+/* ---- weight-only GEMMs for few rows (decode) ------------------------------------------------------
+ * y[m, n] = sum_k x[m, k] * w[n, k] * scale, weights read once per tile of up to TILE_M rows and widened
+ * to fp32 in registers: a decode step streams each weight byte once, which is what makes it memory-bound.
+ * torch's stock int8/int4 weight-only kernels read them at a fraction of the machine's bandwidth at
+ * batch 1 and re-read them per row as the batch grows (perf/README.md).
+ *
+ * int8: w [N, K] int8, scale [N] fp32 (one per output row).
+ * int4: w [N, K/2] bytes; within each 32 consecutive k, byte i holds k0+i in its low nibble and k0+16+i in
+ *       its high nibble, each stored as q + 8 for q in [-8, 7]; scale [N, K/group] fp32.
+ * x: [M, K] in the activation dtype, converted once to fp32; y: [M, N] in the activation dtype.
+ */
+#define TILE_M 8
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+static float *widen_activations(const void *x, int64_t M, int K, int kind) {
+    float *xf = (float *)malloc(sizeof(float) * (size_t)(M * K));
+    for (int64_t m = 0; m < M; m++) load_row(xf + m * K, x, m * K, K, kind, 1.0f);
+    return xf;
+}
+
+static void int8_rows(const float *xf, int rows, int K, const int8_t *wrow, float *out) {
+#ifdef __AVX512F__
+    __m512 acc[TILE_M];
+    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wrow + k))));
+        for (int m = 0; m < rows; m++) acc[m] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xf + (int64_t)m * K + k), acc[m]);
+    }
+    for (int m = 0; m < rows; m++) {
+        float s = _mm512_reduce_add_ps(acc[m]);
+        for (int kk = k; kk < K; kk++) s += xf[(int64_t)m * K + kk] * (float)wrow[kk];
+        out[m] = s;
+    }
+#else
+    for (int m = 0; m < rows; m++) {
+        float s = 0.0f;
+        #pragma omp simd reduction(+ : s)
+        for (int kk = 0; kk < K; kk++) s += xf[(int64_t)m * K + kk] * (float)wrow[kk];
+        out[m] = s;
+    }
+#endif
+}
+
+void gemm_int8(const void *x, int64_t M, int K, const int8_t *w, const float *scale, int N, void *y, int kind) {
+    float *xf = widen_activations(x, M, K, kind);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
+            int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
+            float out[TILE_M];
+            int8_rows(xf + m0 * K, rows, K, w + (int64_t)n * K, out);
+            for (int m = 0; m < rows; m++) {
+                float v = out[m] * scale[n];
+                if (kind == F32) ((float *)y)[(m0 + m) * N + n] = v;
+                else ((uint16_t *)y)[(m0 + m) * N + n] = f32_to_bf16(v);
+            }
+        }
+    }
+    free(xf);
+}
+
+static void int4_rows(const float *xf, int rows, int K, const uint8_t *wrow, const float *scales, int group,
+                      float *out) {
+    /* groups are multiples of 32 (ModelOpt's AWQ uses 128), K a multiple of the group */
+#ifdef __AVX512F__
+    __m512 acc[TILE_M], part[TILE_M];
+    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);
+    for (int g0 = 0; g0 < K; g0 += group) {
+        for (int m = 0; m < rows; m++) part[m] = _mm512_setzero_ps();
+        for (int k = g0; k < g0 + group; k += 32) {
+            __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wrow + k / 2)));
+            __m512 w0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(bytes, low), eight));
+            __m512 w1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), eight));
+            for (int m = 0; m < rows; m++) {
+                const float *xm = xf + (int64_t)m * K + k;
+                part[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xm), part[m]);
+                part[m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xm + 16), part[m]);
+            }
+        }
+        __m512 s = _mm512_set1_ps(scales[g0 / group]);
+        for (int m = 0; m < rows; m++) acc[m] = _mm512_fmadd_ps(part[m], s, acc[m]);
+    }
+    for (int m = 0; m < rows; m++) out[m] = _mm512_reduce_add_ps(acc[m]);
+#else
+    for (int m = 0; m < rows; m++) {
+        float total = 0.0f;
+        for (int g0 = 0; g0 < K; g0 += group) {
+            float s = 0.0f;
+            for (int k = g0; k < g0 + group; k += 32)
+                for (int i = 0; i < 16; i++) {
+                    uint8_t b = wrow[k / 2 + i];
+                    s += xf[(int64_t)m * K + k + i] * (float)((b & 15) - 8)
+                       + xf[(int64_t)m * K + k + 16 + i] * (float)((b >> 4) - 8);
+                }
+            total += s * scales[g0 / group];
+        }
+        out[m] = total;
+    }
+#endif
+}
+
+void gemm_int4(const void *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N, void *y,
+               int kind) {
+    float *xf = widen_activations(x, M, K, kind);
+    int groups = K / group;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
+            int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
+            float out[TILE_M];
+            int4_rows(xf + m0 * K, rows, K, w + (int64_t)n * (K / 2), scales + (int64_t)n * groups, group, out);
+            for (int m = 0; m < rows; m++) {
+                if (kind == F32) ((float *)y)[(m0 + m) * N + n] = out[m];
+                else ((uint16_t *)y)[(m0 + m) * N + n] = f32_to_bf16(out[m]);
+            }
+        }
+    }
+    free(xf);
+}
