@@ -109,22 +109,35 @@ def test_serve_in_foreground_stops_cleanly_on_ctrl_c(tmp_path, tiny_model_dir):
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "serve", "-c", str(config_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
-    lines = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        lines.append(line)
-        if "Ctrl-C to stop" in line or not line:
-            break
-    state = tmp_path / "build" / "servers" / "fg.json"
-    assert state.is_file(), "".join(lines)
-    server_pid = json.loads(state.read_text())["pid"]
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and "stopped" in out
-    assert not state.exists()
-    with pytest.raises(ProcessLookupError):
-        os.kill(server_pid, 0)
+    server_pid = None
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "Ctrl-C to stop" in line or not line:
+                break
+        state = tmp_path / "build" / "servers" / "fg.json"
+        assert state.is_file(), "".join(lines)
+        server_pid = json.loads(state.read_text())["pid"]
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "stopped" in out
+        assert not state.exists()
+        with pytest.raises(ProcessLookupError):
+            os.kill(server_pid, 0)
+    finally:  # a failed assertion above must not leave the server (and its stubs) running
+        if proc.poll() is None:
+            proc.kill()
+        state = tmp_path / "build" / "servers" / "fg.json"
+        if server_pid is None and state.is_file():
+            server_pid = json.loads(state.read_text())["pid"]
+        if server_pid is not None:
+            try:
+                os.killpg(server_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_flag_value_is_blamed_on_the_flag():

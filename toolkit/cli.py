@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import sys
 from pathlib import Path
 
@@ -149,17 +150,19 @@ def serve_cmd(config_path, sets, detach, openai):
     if detach:
         _echo_endpoints(handle)
         return
-    waited = {signal.SIGINT, signal.SIGTERM}
+    stop_requested = threading.Event()
     try:
-        # Block first, then un-ignore (an inherited SIG_IGN discards signals): a Ctrl-C from here on is
-        # held pending for sigwait instead of killing us before the server is stopped.
-        signal.pthread_sigmask(signal.SIG_BLOCK, waited)
-        for sig in waited:
-            signal.signal(sig, signal.SIG_DFL)
+        # Python-level handlers (they replace an inherited SIG_IGN): whichever thread the kernel hands the
+        # signal to, the handler runs in this one and only sets the event. Blocking the signals for
+        # sigwait did not cover threads started earlier, and under SIG_DFL a Ctrl-C delivered to one of
+        # them killed us before the server was stopped.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop_requested.set())
         _echo_endpoints(handle)
         click.echo("Ctrl-C to stop")
-        signal.sigwait(waited)
-    except KeyboardInterrupt:  # arrived before the signals were blocked
+        while not stop_requested.wait(0.5):
+            pass
+    except KeyboardInterrupt:  # arrived before the handlers were installed
         pass
     finally:
         pipeline.stop(layout)
