@@ -23,6 +23,7 @@ from toolkit.engine.runtime.checkpoint import LinearWeights
 log = logging.getLogger(__name__)
 _FP8_MAX = 448.0
 _INT8_MAX = 127.0
+WIDEN_ROWS = 32  # from this many rows (prefill chunks), 8-bit weights are widened per call for the dense GEMM
 _warned: set[str] = set()
 
 
@@ -126,10 +127,17 @@ class Int8Linear(Linear):
 
     def __call__(self, x):
         import torch
+        import torch.nn.functional as F
 
         x = fake_quant_activation(x, self.act_quant, self.input_scale)
         shape = x.shape
-        y = torch._weight_int8pack_mm(x.reshape(-1, shape[-1]), self.weight, self.scales)
+        x2 = x.reshape(-1, shape[-1])
+        if x2.shape[0] >= WIDEN_ROWS and x2.dtype != torch.float32:
+            # Prefill: the weight-only kernel is built for a few rows; widening the layer's weights to the
+            # activation dtype (one pass over them) and running the dense GEMM is ~2x faster at prompt length.
+            y = F.linear(x2, self.weight.to(x2.dtype)) * self.scales
+        else:
+            y = torch._weight_int8pack_mm(x2, self.weight, self.scales)
         return y.reshape(*shape[:-1], self.weight.shape[0])
 
 
