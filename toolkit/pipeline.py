@@ -7,6 +7,7 @@ from pathlib import Path
 
 from toolkit.config import ArtifactLayout, DeploymentConfig
 from toolkit.errors import ToolkitError
+from toolkit.targets import target_of
 
 
 def init_model(config: DeploymentConfig, layout: ArtifactLayout, force: bool = False) -> Path:
@@ -70,11 +71,10 @@ def stop(layout: ArtifactLayout):
 
 def tokenizer_for(config: DeploymentConfig, layout: ArtifactLayout, explicit: str | None = None):
     from toolkit.model.tokenizer import load_tokenizer
-    from toolkit.repo.writer import tokenizer_dir_of
 
     if explicit:
         return load_tokenizer(explicit)
-    engine_tokenizer = tokenizer_dir_of(layout.engine_dir, config.engine.target)
+    engine_tokenizer = target_of(config).tokenizer_dir(layout.engine_dir)
     return load_tokenizer(engine_tokenizer if engine_tokenizer.is_dir() else layout.model_dir)
 
 
