@@ -17,12 +17,23 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from toolkit.config import DeploymentConfig
+    from toolkit.engine.engine_config import EngineConfig
 
 
 class EngineTarget:
     name: str
     # Default instances of preprocessing / postprocessing / BLS (engine.python_model_instances unset).
     python_model_instances: int
+
+    def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
+              quantize_inputs: dict) -> dict:
+        """`toolkit build` from the quantized checkpoint; returns the build manifest's outputs."""
+        raise NotImplementedError
+
+    def build_plan(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
+                   checkpoint_present: bool) -> str:
+        """What `build` would run or write (`toolkit build --dry-run`), checked as far as it can be."""
+        raise NotImplementedError
 
     def tokenizer_dir(self, engine_dir: Path) -> Path:
         """Where the built engine's tokenizer lies, for the repository's pre/postprocessing and the clients."""
@@ -36,6 +47,16 @@ class EngineTarget:
 class CPU(EngineTarget):
     name = "cpu"
     python_model_instances = 1  # two cores: more instances only contend for them
+
+    def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
+              quantize_inputs: dict) -> dict:
+        from toolkit.engine.cpu import build_cpu_engine
+
+        return build_cpu_engine(checkpoint_dir, engine_dir, limits)
+
+    def build_plan(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
+                   checkpoint_present: bool) -> str:
+        return f"# cpu target: copies {checkpoint_dir} to {engine_dir} and writes engine_config.json (nothing to run)"
 
     def tokenizer_dir(self, engine_dir: Path) -> Path:
         from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR
@@ -56,11 +77,39 @@ class _TensorRTLLM(EngineTarget):
     python_model_instances = 4  # upstream advises more than one: every stream's every token passes through them
 
     def tokenizer_dir(self, engine_dir: Path) -> Path:
-        return engine_dir / "tokenizer"  # copied there by `toolkit build`: engines carry none
+        return engine_dir / "tokenizer"  # copied there by `build`: neither engines nor model.yaml carry one
+
+    def _copy_tokenizer(self, checkpoint_dir: Path, engine_dir: Path) -> dict:
+        from toolkit.engine.stage import copy_tokenizer
+
+        return {"tokenizer_dir": str(copy_tokenizer(checkpoint_dir, self.tokenizer_dir(engine_dir)))}
 
 
 class TRTLLM(_TensorRTLLM):
     name = "trtllm"
+
+    def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
+              quantize_inputs: dict) -> dict:
+        import shlex
+
+        from toolkit.engine.trtllm import check_trtllm_checkpoint, run_trtllm_build, trtllm_build_command
+
+        check_trtllm_checkpoint(checkpoint_dir, quantize_inputs, limits)
+        cmd = trtllm_build_command(checkpoint_dir, engine_dir, config.engine, limits)
+        outputs = run_trtllm_build(cmd, engine_dir) | {"command": shlex.join(cmd)}
+        limits.write(engine_dir)
+        return outputs | self._copy_tokenizer(checkpoint_dir, engine_dir)
+
+    def build_plan(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
+                   checkpoint_present: bool) -> str:
+        import shlex
+
+        from toolkit.engine.trtllm import check_trtllm_checkpoint, trtllm_build_command
+        from toolkit.manifest import read_manifest
+
+        if checkpoint_present:
+            check_trtllm_checkpoint(checkpoint_dir, read_manifest(checkpoint_dir, "quantize", "")["inputs"], limits)
+        return shlex.join(trtllm_build_command(checkpoint_dir, engine_dir, config.engine, limits))
 
     def write_models(self, config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> dict:
         from toolkit.repo.writer import write_ensemble_models
@@ -75,6 +124,26 @@ class TRTLLM(_TensorRTLLM):
 
 class LLMAPI(_TensorRTLLM):
     name = "llmapi"
+
+    def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
+              quantize_inputs: dict) -> dict:
+        from toolkit.engine.llmapi import check_llmapi_checkpoint, write_llmapi_config
+
+        check_llmapi_checkpoint(checkpoint_dir, quantize_inputs)
+        outputs = write_llmapi_config(checkpoint_dir, engine_dir, config.engine, limits)
+        return outputs | self._copy_tokenizer(checkpoint_dir, engine_dir)
+
+    def build_plan(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
+                   checkpoint_present: bool) -> str:
+        import yaml
+
+        from toolkit.engine.llmapi import (LLMAPI_CONFIG_FILE, check_llmapi_checkpoint, llmapi_options,
+                                           validate_llmapi_options)
+
+        check_llmapi_checkpoint(checkpoint_dir, {"export": config.quantize.export})
+        options = llmapi_options(checkpoint_dir.resolve(), config.engine, limits)
+        validate_llmapi_options(options)
+        return f"# {engine_dir / LLMAPI_CONFIG_FILE}\n" + yaml.safe_dump(options, sort_keys=False).rstrip()
 
     def write_models(self, config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> dict:
         from toolkit.repo.writer import write_llmapi_models
