@@ -18,12 +18,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from toolkit.config import DeploymentConfig
     from toolkit.engine.engine_config import EngineConfig
+    from toolkit.serve.install import TritonInstall
 
 
 class EngineTarget:
     name: str
     # Default instances of preprocessing / postprocessing / BLS (engine.python_model_instances unset).
     python_model_instances: int
+    # Wraps each MPI rank's tritonserver when TP × PP > 1.
+    rank_launcher: tuple[str, ...] = ()
 
     def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
               quantize_inputs: dict) -> dict:
@@ -41,6 +44,10 @@ class EngineTarget:
 
     def write_models(self, config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> dict:
         """Write the repository's models into an emptied repo_dir; returns the repo manifest's outputs."""
+        raise NotImplementedError
+
+    def triton(self, work_dir: Path, tritonserver: str | None) -> TritonInstall:
+        """The tritonserver that serves this target's repository (server.tritonserver: an explicit binary)."""
         raise NotImplementedError
 
 
@@ -72,6 +79,11 @@ class CPU(EngineTarget):
         """The `tensorrt_llm` model's (backend, parameters): the toolkit's python adapter over the engine."""
         return "python", {"engine_dir": engine_dir, "enable_kv_cache_reuse": config.engine.enable_kv_cache_reuse}
 
+    def triton(self, work_dir: Path, tritonserver: str | None) -> TritonInstall:
+        from toolkit.serve.install import cpu_triton
+
+        return cpu_triton(work_dir)  # the image's tritonserver has no CPU build: pytriton's, with its python backend
+
 
 class _TensorRTLLM(EngineTarget):
     python_model_instances = 4  # upstream advises more than one: every stream's every token passes through them
@@ -83,6 +95,11 @@ class _TensorRTLLM(EngineTarget):
         from toolkit.engine.stage import copy_tokenizer
 
         return {"tokenizer_dir": str(copy_tokenizer(checkpoint_dir, self.tokenizer_dir(engine_dir)))}
+
+    def triton(self, work_dir: Path, tritonserver: str | None) -> TritonInstall:
+        from toolkit.serve.install import gpu_triton
+
+        return gpu_triton(tritonserver)  # the NGC Triton + TensorRT-LLM container's
 
 
 class TRTLLM(_TensorRTLLM):
@@ -124,6 +141,8 @@ class TRTLLM(_TensorRTLLM):
 
 class LLMAPI(_TensorRTLLM):
     name = "llmapi"
+    # TensorRT-LLM's PyTorch backend spans the ranks with its own MPI session, which this sets up.
+    rank_launcher = ("trtllm-llmapi-launch",)
 
     def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
               quantize_inputs: dict) -> dict:
