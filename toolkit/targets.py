@@ -23,10 +23,15 @@ if TYPE_CHECKING:
 
 class EngineTarget:
     name: str
+    # TensorRT-LLM on NVIDIA GPUs: TP × PP ranks, GPU pods, a catalog GPU to plan on. False: the embedded CPU
+    # engine, one process on this machine, whose own server the pipeline, scenarios and testbed run and read.
+    on_gpu: bool
     # Default instances of preprocessing / postprocessing / BLS (engine.python_model_instances unset).
     python_model_instances: int
     # Wraps each MPI rank's tritonserver when TP × PP > 1.
     rank_launcher: tuple[str, ...] = ()
+    # Dynamo's disaggregated prefill/decode workers can serve it.
+    disaggregates: bool = False
 
     def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
               quantize_inputs: dict) -> dict:
@@ -53,6 +58,7 @@ class EngineTarget:
 
 class CPU(EngineTarget):
     name = "cpu"
+    on_gpu = False
     python_model_instances = 1  # two cores: more instances only contend for them
 
     def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
@@ -86,6 +92,7 @@ class CPU(EngineTarget):
 
 
 class _TensorRTLLM(EngineTarget):
+    on_gpu = True
     python_model_instances = 4  # upstream advises more than one: every stream's every token passes through them
 
     def tokenizer_dir(self, engine_dir: Path) -> Path:
@@ -143,6 +150,7 @@ class LLMAPI(_TensorRTLLM):
     name = "llmapi"
     # TensorRT-LLM's PyTorch backend spans the ranks with its own MPI session, which this sets up.
     rank_launcher = ("trtllm-llmapi-launch",)
+    disaggregates = True  # Dynamo's TensorRT-LLM workers run the LLM API
 
     def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
               quantize_inputs: dict) -> dict:
