@@ -144,7 +144,7 @@ def write_run_plan(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Pa
 
 def served_engine_info(config: DeploymentConfig, layout: ArtifactLayout) -> dict:
     """What the CPU target's own server says it runs (weight_format, compute_dtype, ...); {} otherwise."""
-    if config.engine.target != "cpu" or config.sweep.url:
+    if target_of(config).on_gpu or config.sweep.url:
         return {}
     from toolkit.engine.runtime.layout import read_engine_info
 
@@ -155,7 +155,7 @@ def served_engine_info(config: DeploymentConfig, layout: ArtifactLayout) -> dict
 def fetch_engine_timeline(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path, started: float) -> None:
     """The embedded engine's steps during the run, into the run folder (engine_timeline.jsonl and a
     Chrome/Perfetto trace); only for the CPU target's own server, which writes them beside its model."""
-    if config.engine.target != "cpu" or config.sweep.url:
+    if target_of(config).on_gpu or config.sweep.url:
         return
     from toolkit.engine.runtime.layout import timeline_file
     from toolkit.engine.runtime.timeline import copy_window
