@@ -6,14 +6,17 @@ cpu: the embedded engine (toolkit/engine/runtime/) behind python-backend models.
 trtllm: TensorRT engines built by trtllm-build behind Triton's inflight_batcher_llm models.
 llmapi: TensorRT-LLM's PyTorch backend (no engine build) behind TensorRT-LLM's own llmapi model.
 
-config.py imports this module for the target names it accepts, so the stages a target delegates to are
-imported when a method runs, not here.
+config.py imports this module for the target names it accepts, so the stages a target delegates to (which
+import config.py) are imported when a method runs, not here.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR
 
 if TYPE_CHECKING:
     from toolkit.config import DeploymentConfig
@@ -48,7 +51,14 @@ class EngineTarget:
         raise NotImplementedError
 
     def write_models(self, config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> dict:
-        """Write the repository's models into an emptied repo_dir; returns the repo manifest's outputs."""
+        """Write the repository's models (repo_dir is rewritten whole); returns the repo manifest's outputs.
+        Unless a target says otherwise, the inflight_batcher_llm layout around its `engine_model`."""
+        from toolkit.repo.writer import write_ensemble_models
+
+        return write_ensemble_models(self, config, engine_dir, repo_dir)
+
+    def engine_model(self, config: DeploymentConfig, engine_dir: Path) -> tuple[str, dict]:
+        """The ensemble's `tensorrt_llm` model as (Triton backend, parameters)."""
         raise NotImplementedError
 
     def triton(self, work_dir: Path, tritonserver: str | None) -> TritonInstall:
@@ -72,23 +82,16 @@ class CPU(EngineTarget):
         return f"# cpu target: copies {checkpoint_dir} to {engine_dir} and writes engine_config.json (nothing to run)"
 
     def tokenizer_dir(self, engine_dir: Path) -> Path:
-        from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR
-
         return engine_dir / CHECKPOINT_SUBDIR  # the engine is the checkpoint, tokenizer included
 
-    def write_models(self, config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> dict:
-        from toolkit.repo.writer import write_ensemble_models
-
-        return write_ensemble_models(self, config, engine_dir, repo_dir)
-
     def engine_model(self, config: DeploymentConfig, engine_dir: Path) -> tuple[str, dict]:
-        """The `tensorrt_llm` model's (backend, parameters): the toolkit's python adapter over the engine."""
+        # The toolkit's python model over the embedded engine (python_models/cpu_engine.py).
         return "python", {"engine_dir": engine_dir, "enable_kv_cache_reuse": config.engine.enable_kv_cache_reuse}
 
     def triton(self, work_dir: Path, tritonserver: str | None) -> TritonInstall:
         from toolkit.serve.install import cpu_triton
 
-        return cpu_triton(work_dir)  # the image's tritonserver has no CPU build: pytriton's, with its python backend
+        return cpu_triton(work_dir)  # no NGC container on CPU: the real tritonserver the nvidia-pytriton wheel carries
 
 
 class _TensorRTLLM(EngineTarget):
@@ -114,8 +117,6 @@ class TRTLLM(_TensorRTLLM):
 
     def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
               quantize_inputs: dict) -> dict:
-        import shlex
-
         from toolkit.engine.trtllm import check_trtllm_checkpoint, run_trtllm_build, trtllm_build_command
 
         check_trtllm_checkpoint(checkpoint_dir, quantize_inputs, limits)
@@ -126,19 +127,12 @@ class TRTLLM(_TensorRTLLM):
 
     def build_plan(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
                    checkpoint_present: bool) -> str:
-        import shlex
-
         from toolkit.engine.trtllm import check_trtllm_checkpoint, trtllm_build_command
         from toolkit.manifest import read_manifest
 
         if checkpoint_present:
             check_trtllm_checkpoint(checkpoint_dir, read_manifest(checkpoint_dir, "quantize", "")["inputs"], limits)
         return shlex.join(trtllm_build_command(checkpoint_dir, engine_dir, config.engine, limits))
-
-    def write_models(self, config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> dict:
-        from toolkit.repo.writer import write_ensemble_models
-
-        return write_ensemble_models(self, config, engine_dir, repo_dir)
 
     def engine_model(self, config: DeploymentConfig, engine_dir: Path) -> tuple[str, dict]:
         from toolkit.repo.writer import trtllm_parameters
