@@ -7,6 +7,7 @@ from toolkit.engine.trtllm import trtllm_build_command
 from toolkit.config import load_config, validate_config
 from toolkit.serve.install import TritonInstall
 from toolkit.serve.server import tritonserver_command
+from toolkit.targets import TARGETS
 
 
 def flags(cmd):
@@ -51,7 +52,7 @@ def test_single_rank_server_command():
 def test_single_gpu_llmapi_runs_without_mpi():
     install = TritonInstall(Path("tritonserver"))
     cmd = tritonserver_command(install, Path("/repo"), "127.0.0.1", {"http": 1, "grpc": 2, "metrics": 3}, Path("/l"),
-                               world_size=1, llmapi=True)
+                               world_size=1, rank_launcher=TARGETS["llmapi"].rank_launcher)
     assert cmd[0] == "tritonserver" and "mpirun" not in cmd and "trtllm-llmapi-launch" not in cmd
     assert "--disable-auto-complete-config" in cmd
 
@@ -59,7 +60,7 @@ def test_single_gpu_llmapi_runs_without_mpi():
 def test_multi_gpu_llmapi_wraps_every_rank_in_trtllm_llmapi_launch():
     install = TritonInstall(Path("tritonserver"))
     cmd = tritonserver_command(install, Path("/repo"), "127.0.0.1", {"http": 1, "grpc": 2, "metrics": 3}, Path("/l"),
-                               world_size=2, llmapi=True)
+                               world_size=2, rank_launcher=TARGETS["llmapi"].rank_launcher)
     ranks = " ".join(cmd).split(" : ")
     assert ranks[0].startswith("mpirun --allow-run-as-root -n 1 trtllm-llmapi-launch tritonserver ")
     assert ranks[1].startswith("-n 1 trtllm-llmapi-launch tritonserver ") and "--load-model=tensorrt_llm" in ranks[1]

@@ -19,7 +19,7 @@ from toolkit.bench.sweep import Target, run_sweep
 from toolkit.config import validate_config
 from toolkit.model.tokenizer import load_tokenizer
 from toolkit.repo.writer import write_repository
-from toolkit.serve import server
+from toolkit.serve import install
 from toolkit.serve.install import cpu_triton
 from toolkit.serve.server import running_server
 
@@ -42,7 +42,7 @@ def llmapi_server(tmp_path_factory, tiny_model_dir):
     with pytest.MonkeyPatch.context() as mp:
         # The GPU target's launch (one process at TP 1) with the CPU build of tritonserver (pytriton's) in place
         # of the image's, which has no python backend here.
-        mp.setattr(server, "gpu_triton", lambda explicit: cpu_triton(tmp))
+        mp.setattr(install, "gpu_triton", lambda explicit: cpu_triton(tmp))
         with running_server(config, repo, tmp, tmp / "server.json") as handle:
             yield config, handle, tmp
 

@@ -13,6 +13,7 @@ import click
 from toolkit.config import ArtifactLayout, load_config, parse_set_options
 from toolkit.errors import ToolkitError
 from toolkit.quantize.formats import KV_CACHE_DTYPES, KV_ELEMENT_DTYPES, QFORMAT_NAMES, WEIGHT_FORMATS
+from toolkit.targets import TARGETS
 
 # What `make demo` builds, so that `toolkit serve --detach`, `toolkit sweep` ... after the demo find its artifacts.
 DEFAULT_CONFIG = "configs/cpu-small.yaml"
@@ -86,7 +87,7 @@ def quantize_cmd(config_path, sets, qformat, kv_cache_dtype, export_format, tp, 
 
 @cli.command("build")
 @config_options
-@click.option("--target", type=click.Choice(["cpu", "trtllm", "llmapi"]), default=None)
+@click.option("--target", type=click.Choice(list(TARGETS)), default=None)
 @click.option("--dry-run", is_flag=True, help="Print what would run (trtllm: the trtllm-build command; llmapi: the "
                                             "LLM-API options) without building; no checkpoint needed yet.")
 def build_cmd(config_path, sets, target, dry_run):

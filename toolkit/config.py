@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from toolkit.errors import ToolkitError
 from toolkit.plan.cpu_probe import DEFAULT_STEP_OVERHEAD_S
 from toolkit.quantize.formats import KV_CACHE_DTYPES, QFORMAT_NAMES
+from toolkit.targets import TARGETS, target_of
 
 # From the one quantization-format table (toolkit/quantize/formats.py).
 QFormat = Literal[QFORMAT_NAMES]  # type: ignore[valid-type]
 KVCacheDType = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
-Target = Literal["auto", "cpu", "trtllm", "llmapi"]
+Target = Literal[("auto", *TARGETS)]  # type: ignore[valid-type]
 
 
 def detect_target() -> str:
@@ -305,7 +306,7 @@ class DeploymentConfig(_Section):
 
     @model_validator(mode="after")
     def _cpu_is_single_process(self) -> "DeploymentConfig":
-        if self.engine.target == "cpu" and self.parallel.world_size != 1:
+        if not target_of(self).on_gpu and self.parallel.world_size != 1:
             raise ValueError(f"the cpu target runs one process, not tp × pp = {self.parallel.world_size}: for tensor or "
                              "pipeline parallelism use a GPU target (--set engine.target=llmapi or trtllm) or a "
                              "GPU config (configs/gpu-*.yaml); on CPU set parallel.tp and parallel.pp to 1")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from toolkit.config import ArtifactLayout, DeploymentConfig
 from toolkit.errors import ToolkitError
+from toolkit.targets import target_of
 
 
 def init_model(config: DeploymentConfig, layout: ArtifactLayout, force: bool = False) -> Path:
@@ -70,11 +71,10 @@ def stop(layout: ArtifactLayout):
 
 def tokenizer_for(config: DeploymentConfig, layout: ArtifactLayout, explicit: str | None = None):
     from toolkit.model.tokenizer import load_tokenizer
-    from toolkit.repo.writer import tokenizer_dir_of
 
     if explicit:
         return load_tokenizer(explicit)
-    engine_tokenizer = tokenizer_dir_of(layout.engine_dir, config.engine.target)
+    engine_tokenizer = target_of(config).tokenizer_dir(layout.engine_dir)
     return load_tokenizer(engine_tokenizer if engine_tokenizer.is_dir() else layout.model_dir)
 
 
@@ -144,7 +144,7 @@ def write_run_plan(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Pa
 
 def served_engine_info(config: DeploymentConfig, layout: ArtifactLayout) -> dict:
     """What the CPU target's own server says it runs (weight_format, compute_dtype, ...); {} otherwise."""
-    if config.engine.target != "cpu" or config.sweep.url:
+    if target_of(config).on_gpu or config.sweep.url:
         return {}
     from toolkit.engine.runtime.layout import read_engine_info
 
@@ -155,7 +155,7 @@ def served_engine_info(config: DeploymentConfig, layout: ArtifactLayout) -> dict
 def fetch_engine_timeline(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path, started: float) -> None:
     """The embedded engine's steps during the run, into the run folder (engine_timeline.jsonl and a
     Chrome/Perfetto trace); only for the CPU target's own server, which writes them beside its model."""
-    if config.engine.target != "cpu" or config.sweep.url:
+    if target_of(config).on_gpu or config.sweep.url:
         return
     from toolkit.engine.runtime.layout import timeline_file
     from toolkit.engine.runtime.timeline import copy_window

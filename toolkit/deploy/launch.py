@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from toolkit.config import ArtifactLayout, DeploymentConfig
+from toolkit.targets import target_of
 
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 # Paths Triton's HTTP endpoint answers without a model name; probes must use one of these.
@@ -34,7 +35,7 @@ def _rank_commands(config: DeploymentConfig) -> list[str]:
 
     install = TritonInstall(binary=Path("tritonserver"))
     cmd = tritonserver_command(install, Path(repo_path(config)), "0.0.0.0", PORTS, Path("-"),
-                               config.parallel.world_size, llmapi=config.engine.target == "llmapi")
+                               config.parallel.world_size, target_of(config).rank_launcher)
     # In a pod Triton logs to stdout, where the cluster collects it.
     return [arg for arg in cmd if not arg.startswith("--log-file=")]
 

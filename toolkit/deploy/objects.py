@@ -7,6 +7,7 @@ import math
 
 from toolkit.config import DeploymentConfig
 from toolkit.deploy import launch
+from toolkit.targets import target_of
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -29,7 +30,7 @@ def is_multi_node(config: DeploymentConfig) -> bool:
 
 
 def gpus_per_pod(config: DeploymentConfig) -> int:
-    if config.engine.target == "cpu":
+    if not target_of(config).on_gpu:
         return 0
     return min(config.parallel.world_size, config.deploy.gpus_per_node)
 

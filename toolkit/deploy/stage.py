@@ -16,6 +16,7 @@ from toolkit.deploy import autoscale, dynamo, monitoring, objects
 from toolkit.deploy.lint import lint
 from toolkit.deploy.rules import rule_file
 from toolkit.errors import ToolkitError
+from toolkit.targets import target_of
 
 RULE_FILE = "prometheus/rules.yaml"  # the bare rule file: promtool, the local testbed's Prometheus
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -35,11 +36,11 @@ def check_inputs(config: DeploymentConfig, autoscaler: str, disaggregated: bool)
     if objects.is_multi_node(config) and world % d.gpus_per_node:
         raise ToolkitError(f"TP × PP = {world} GPUs does not fill whole nodes of {d.gpus_per_node} GPUs",
                            f"make TP × PP a multiple of deploy.gpus_per_node, or at most {d.gpus_per_node}")
-    if config.engine.target != "cpu":
+    if target_of(config).on_gpu:
         from toolkit.plan.gpus import gpu_spec
 
         gpu_spec(config.plan.gpu)  # a GPU the catalog lacks fails here, with the catalog's own message
-    if disaggregated and config.engine.target != "llmapi":
+    if disaggregated and not target_of(config).disaggregates:
         raise ToolkitError(f"--disaggregated needs engine.target llmapi (Dynamo's TensorRT-LLM workers run the "
                            f"LLM API), not {config.engine.target}", "set engine.target: llmapi")
 

@@ -79,3 +79,9 @@ def write_llmapi_config(checkpoint_dir: Path, engine_dir: Path, engine: EngineSe
     path.write_text(yaml.safe_dump(options, sort_keys=False))
     limits.write(engine_dir)
     return {"llm_api_config": str(path)}
+
+
+def check_llmapi_checkpoint(checkpoint_dir: Path, quantize_inputs: dict) -> None:
+    if quantize_inputs.get("export") == "trtllm":
+        raise ToolkitError(f"{checkpoint_dir} is a TensorRT-LLM (rank-sharded) checkpoint; the LLM API loads the "
+                           "unified HF checkpoint and shards it itself", "set quantize.export: hf for engine.target llmapi")

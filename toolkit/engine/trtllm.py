@@ -58,6 +58,16 @@ def checkpoint_mapping(checkpoint_dir: Path) -> tuple[int, int]:
     return int(mapping.get("tp_size", 1)), int(mapping.get("pp_size", 1))
 
 
+def check_trtllm_checkpoint(checkpoint_dir: Path, quantize_inputs: dict, limits: EngineConfig) -> None:
+    if quantize_inputs.get("export") != "trtllm":
+        raise ToolkitError(f"{checkpoint_dir} is a unified HF checkpoint; trtllm-build needs a TensorRT-LLM one",
+                           "set quantize.export: trtllm (or use engine.target: llmapi)")
+    tp, pp = checkpoint_mapping(checkpoint_dir)
+    if (tp, pp) != (limits.tp, limits.pp):
+        raise ToolkitError(f"checkpoint mapping is tp={tp} pp={pp} but the config asks tp={limits.tp} pp={limits.pp}",
+                           "re-run `toolkit quantize` with the config's parallel section")
+
+
 def run_trtllm_build(cmd: list[str], engine_dir: Path) -> dict:
     if shutil.which("trtllm-build") is None:
         raise missing_dependency("TensorRT-LLM (trtllm-build)",

@@ -20,6 +20,7 @@ from toolkit.plan.hardware import HardwareSpec
 from toolkit.plan.memory import Deployment, plan_memory, smallest_tp_that_fits
 from toolkit.plan.roofline import ceil_batch, format_comparison, plan_roofline
 from toolkit.quantize.formats import formats_of_checkpoint
+from toolkit.targets import target_of
 
 # A GPU plan's workload when neither the config nor a flag says (ISL/OSL of docs/gpu-validation.md).
 GPU_DEFAULTS = dict(pp=1, weights="bf16", kv_dtype="bf16", max_num_tokens=8192, batch=8, isl=1024, osl=128)
@@ -37,7 +38,7 @@ def deployment_for_config(config: DeploymentConfig, spec: ModelSpec | None, devi
     common = dict(kv_free_mem_fraction=e.kv_cache_free_gpu_mem_fraction,
                   runtime_overhead_gb=config.plan.runtime_overhead_gb,
                   prefill_efficiency=1.0 if cpu else config.plan.prefill_efficiency)
-    if cpu == (e.target == "cpu"):  # the config describes a deployment on this kind of device
+    if target_of(config).on_gpu != cpu:  # the config describes a deployment on this kind of device
         values = dict(tp=config.parallel.tp, pp=config.parallel.pp, weights=_weights_for(q.qformat),
                       kv_dtype="bf16" if q.kv_cache_dtype == "none" else q.kv_cache_dtype,
                       max_seq_len=e.max_seq_len, max_num_tokens=e.max_num_tokens, batch=e.max_batch_size,

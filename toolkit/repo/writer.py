@@ -1,9 +1,10 @@
-"""`toolkit repo`: write a Triton model repository for an engine.
+"""`toolkit repo`: write a Triton model repository for an engine; the target (toolkit/targets.py) says which.
 
-Target `cpu`: python-backend models (toolkit/repo/python_models/) — the CPU engine serves the
-engine directory with in-flight batching. Target `trtllm`: the same layout with the
-`tensorrtllm` backend and its inflight_fused_batching parameters (runs in the NGC container).
-Target `llmapi`: TensorRT-LLM's own `llmapi` python model with a model.yaml of LLM(...) arguments.
+The ensemble layout (targets `cpu` and `trtllm`): python-backend pre/postprocessing and BLS
+(toolkit/repo/python_models/) around the `tensorrt_llm` engine model — for `cpu` a python model
+over the embedded engine, for `trtllm` the `tensorrtllm` backend with its inflight_fused_batching
+parameters (runs in the NGC container). Target `llmapi`: TensorRT-LLM's own `llmapi` python model
+with a model.yaml of LLM(...) arguments.
 Tensors and parameters follow the upstream templates (toolkit/repo/upstream.py says what is set,
 what is left out and why).
 """
@@ -24,6 +25,7 @@ from toolkit.repo.native import build_backend
 from toolkit.repo.pbtxt import DynamicBatching, ensemble_scheduling, model_config
 from toolkit.repo.upstream import (CHECKED_TEMPLATE_VERSIONS, EXECUTOR_WORKER_PATH, TEMPLATE_DIR_ENV,
                                    TEMPLATE_VERSION_ENV, TRITON_IMAGE_TAG)
+from toolkit.targets import EngineTarget, target_of
 
 # python_models/<source> → <model>/1/<file>
 _PYTHON_FILES = {
@@ -33,11 +35,6 @@ _PYTHON_FILES = {
     "tensorrt_llm_bls": {"bls.py": "model.py", "incremental_text.py": "incremental_text.py"},
     "synthetic": {"synthetic.py": "model.py"},
 }
-
-
-def tokenizer_dir_of(engine_dir: Path, target: str) -> Path:
-    """Where the tokenizer lives for a built engine (beside the CPU engine's checkpoint)."""
-    return engine_dir / "checkpoint" if target == "cpu" else engine_dir / "tokenizer"
 
 
 def _copy_python_model(repo_dir: Path, model: str) -> None:
@@ -50,7 +47,7 @@ def _copy_python_model(repo_dir: Path, model: str) -> None:
 
 def python_model_instances(config: DeploymentConfig) -> int:
     """Instances of preprocessing / postprocessing / BLS: every stream's every token passes through them."""
-    return config.engine.python_model_instances or (1 if config.engine.target == "cpu" else 4)
+    return config.engine.python_model_instances or target_of(config).python_model_instances
 
 
 def _batching(config: DeploymentConfig, engine: EngineConfig) -> DynamicBatching:
@@ -78,17 +75,6 @@ def trtllm_parameters(config: DeploymentConfig, engine_dir: Path) -> dict[str, o
     if e.max_tokens_in_paged_kv_cache:
         params["max_tokens_in_paged_kv_cache"] = e.max_tokens_in_paged_kv_cache
     return params
-
-
-def engine_model_config(config: DeploymentConfig, engine: EngineConfig, engine_dir: Path) -> str:
-    inputs, outputs = MODEL_TENSORS["tensorrt_llm"]
-    if config.engine.target == "cpu":
-        params = {"engine_dir": engine_dir, "enable_kv_cache_reuse": config.engine.enable_kv_cache_reuse}
-        backend = "python"
-    else:
-        params, backend = trtllm_parameters(config, engine_dir), "tensorrtllm"
-    return model_config("tensorrt_llm", backend, engine.max_batch_size, inputs, outputs, params, decoupled=True,
-                        batching=_batching(config, engine))
 
 
 _LLMAPI_TEMPLATE_CANDIDATES = ("/opt/tensorrt_llm/triton_backend/all_models", "/app/all_models",
@@ -145,7 +131,7 @@ def llmapi_model_config() -> str:
 LLMAPI_MAX_BATCH_SIZE = 0
 
 
-def write_llmapi_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> list[str]:
+def write_llmapi_models(target: EngineTarget, config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> dict:
     """The engine-free variant: one `tensorrt_llm` model (TensorRT-LLM's llmapi python model) whose
     model.yaml holds the LLM(...) arguments written by `toolkit build --target llmapi`. Its python files come
     from TensorRT-LLM at a checked version; without them the repository check fails and says where to get them."""
@@ -153,6 +139,7 @@ def write_llmapi_repository(config: DeploymentConfig, engine_dir: Path, repo_dir
 
     from toolkit.engine.llmapi import LLMAPI_CONFIG_FILE
 
+    _empty_dir(repo_dir)
     model_dir = repo_dir / "tensorrt_llm"
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     options = yaml.safe_load((engine_dir / LLMAPI_CONFIG_FILE).read_text())
@@ -160,30 +147,34 @@ def write_llmapi_repository(config: DeploymentConfig, engine_dir: Path, repo_dir
     (model_dir / "1" / "model.yaml").write_text(yaml.safe_dump(options, sort_keys=False))
     _write(model_dir / "config.pbtxt", llmapi_model_config())
     template = llmapi_template_dir()
-    if template is None:
-        return []
-    check_template_version(template_version())
-    for source in sorted((template / "1").glob("*.py")):
-        shutil.copy2(source, model_dir / "1" / source.name)
-    return [str(template)]
+    templates = []
+    if template is not None:
+        check_template_version(template_version())
+        for source in sorted((template / "1").glob("*.py")):
+            shutil.copy2(source, model_dir / "1" / source.name)
+        templates = [str(template)]
+    return {"models": ["tensorrt_llm"], "templates": templates, "tokenizer_dir": str(target.tokenizer_dir(engine_dir)),
+            "client_model": "tensorrt_llm", "tensors": "llmapi"}
 
 
 def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> Path:
     start = time.perf_counter()
     read_manifest(engine_dir, "build", "toolkit build --config ...")
     engine_dir = engine_dir.resolve()
-    tokenizer_dir = tokenizer_dir_of(engine_dir, config.engine.target)
-    if config.engine.target == "llmapi":
-        _empty_dir(repo_dir)
-        templates = write_llmapi_repository(config, engine_dir, repo_dir)
-        write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": "llmapi"},
-                       {"models": ["tensorrt_llm"], "templates": templates, "tokenizer_dir": str(tokenizer_dir),
-                        "client_model": "tensorrt_llm", "tensors": "llmapi"}, time.perf_counter() - start)
-        return repo_dir
+    target = target_of(config)
+    outputs = target.write_models(config, engine_dir, repo_dir)
+    write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": target.name}, outputs,
+                   time.perf_counter() - start)
+    return repo_dir
+
+
+def write_ensemble_models(target: EngineTarget, config: DeploymentConfig, engine_dir: Path, repo_dir: Path) -> dict:
+    """Pre/postprocessing, the target's engine model, BLS and the ensemble over them (inflight_batcher_llm)."""
     engine = EngineConfig.read(engine_dir)
     _empty_dir(repo_dir)
     batch = engine.max_batch_size
     instances = python_model_instances(config)
+    tokenizer_dir = target.tokenizer_dir(engine_dir)
 
     pre_in, pre_out = MODEL_TENSORS["preprocessing"]
     _write(repo_dir / "preprocessing" / "config.pbtxt",
@@ -198,8 +189,12 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
     for name in ("preprocessing", "postprocessing"):
         _copy_python_model(repo_dir, name)
 
-    _write(repo_dir / "tensorrt_llm" / "config.pbtxt", engine_model_config(config, engine, engine_dir))
-    if config.engine.target == "cpu":
+    backend, params = target.engine_model(config, engine_dir)
+    engine_in, engine_out = MODEL_TENSORS["tensorrt_llm"]
+    _write(repo_dir / "tensorrt_llm" / "config.pbtxt",
+           model_config("tensorrt_llm", backend, batch, engine_in, engine_out, params, decoupled=True,
+                        batching=_batching(config, engine)))
+    if backend == "python":  # runs the 1/model.py beside it; the tensorrtllm backend loads gpt_model_path
         _copy_python_model(repo_dir, "tensorrt_llm")
     else:
         (repo_dir / "tensorrt_llm" / "1").mkdir(parents=True, exist_ok=True)
@@ -214,11 +209,8 @@ def write_repository(config: DeploymentConfig, engine_dir: Path, repo_dir: Path)
            model_config("ensemble", None, batch, inputs, outputs, extra=ensemble_scheduling(ENSEMBLE_STEPS)))
     (repo_dir / "ensemble" / "1").mkdir(parents=True, exist_ok=True)
 
-    write_manifest(repo_dir, "repo", {"engine_dir": str(engine_dir), "target": config.engine.target},
-                   {"models": sorted(p.name for p in repo_dir.iterdir() if p.is_dir()),
-                    "tokenizer_dir": str(tokenizer_dir), "client_model": "ensemble", "tensors": "ensemble"},
-                   time.perf_counter() - start)
-    return repo_dir
+    return {"models": sorted(p.name for p in repo_dir.iterdir() if p.is_dir()),
+            "tokenizer_dir": str(tokenizer_dir), "client_model": "ensemble", "tensors": "ensemble"}
 
 
 def _empty_dir(path: Path) -> None:

@@ -15,6 +15,7 @@ from toolkit.report.doctor import diagnose
 from toolkit.scenarios.analysis import evidence_lines, judge, sentence, server_evidence
 from toolkit.scenarios.catalog import Scenario, scenario
 from toolkit.scenarios.figures import write_figure
+from toolkit.targets import target_of
 
 CPU_ENGINE_MODEL = Path(__file__).resolve().parents[1] / "repo" / "python_models" / "cpu_engine.py"
 
@@ -23,7 +24,7 @@ def lever_gaps(config: DeploymentConfig, sc: Scenario) -> list[str]:
     """Levers of the fix that the served engine would ignore, one line each. TensorRT-LLM targets take
     them as parameters (checked by `toolkit repo check`); the CPU engine honours them once its Triton
     model runs the toolkit's engine runtime (toolkit/engine/runtime/)."""
-    if config.engine.target != "cpu":
+    if target_of(config).on_gpu:
         return [f"{lever} on TensorRT-LLM targets is not configured by this toolkit (Medusa / EAGLE / lookahead "
                 "need their own engine build): the workload runs, the fix cannot show"
                 for lever in sc.levers if lever == "speculative_decoding"]

@@ -19,7 +19,8 @@ import requests
 
 from toolkit.config import DeploymentConfig, ServerSection
 from toolkit.errors import ToolkitError
-from toolkit.serve.install import TritonInstall, cpu_triton, gpu_triton
+from toolkit.serve.install import TritonInstall
+from toolkit.targets import target_of
 
 
 @dataclass
@@ -106,10 +107,11 @@ def _choose_ports(server: ServerSection) -> dict[str, int]:
 
 
 def tritonserver_command(install: TritonInstall, repo_dir: Path, host: str, ports: dict[str, int],
-                         log_file: Path, world_size: int = 1, llmapi: bool = False) -> list[str]:
+                         log_file: Path, world_size: int = 1, rank_launcher: tuple[str, ...] = ()) -> list[str]:
     """The server's command line, as NVIDIA's launch_triton_server.py builds it: one process at world size 1
-    (no MPI), else `mpirun` with one rank per GPU, each rank wrapped in `trtllm-llmapi-launch` for the
-    llmapi model (TensorRT-LLM's PyTorch backend then spans the ranks with its MPI session)."""
+    (no MPI), else `mpirun` with one rank per GPU, each rank wrapped in the target's `rank_launcher`
+    (`trtllm-llmapi-launch` for the llmapi model: TensorRT-LLM's PyTorch backend then spans the ranks with
+    its MPI session)."""
     rank0 = [str(install.binary), f"--model-repository={repo_dir}",
              f"--http-address={host}", f"--http-port={ports['http']}",
              f"--grpc-address={host}", f"--grpc-port={ports['grpc']}",
@@ -133,8 +135,7 @@ def tritonserver_command(install: TritonInstall, repo_dir: Path, host: str, port
             str(install.binary), f"--model-repository={repo_dir}", "--model-control-mode=explicit",
             "--load-model=tensorrt_llm", "--disable-auto-complete-config", "--allow-http=false",
             "--allow-grpc=false", "--allow-metrics=false", f"--log-file={log_file}.rank{rank}"]
-        launcher = ["trtllm-llmapi-launch"] if llmapi else []
-        cmd += ["-n", "1"] + launcher + args + [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        cmd += ["-n", "1", *rank_launcher] + args + [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
     return cmd
 
 
@@ -172,13 +173,14 @@ def start_server(config: DeploymentConfig, repo_dir: Path, work_dir: Path, state
             raise ToolkitError(f"a server for this config is already running (pid {old.pid}, {old.http_url})",
                                "stop it with `toolkit stop`")
     server = config.server
-    install = cpu_triton(work_dir) if config.engine.target == "cpu" else gpu_triton(server.tritonserver)
+    target = target_of(config)
+    install = target.triton(work_dir, server.tritonserver)
     ports = _choose_ports(server)
     log_file = (work_dir / "servers" / f"{config.name}.log").resolve()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.unlink(missing_ok=True)
     cmd = tritonserver_command(install, repo_dir, server.host, ports, log_file, config.parallel.world_size,
-                               llmapi=config.engine.target == "llmapi")
+                               target.rank_launcher)
     env = os.environ | install.env
     stdout = (log_file.parent / f"{config.name}.stdout").open("w")
     proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)

@@ -31,11 +31,12 @@ from toolkit.deploy.testbed.prometheus import Prometheus
 from toolkit.deploy.testbed.replicas import start_replica
 from toolkit.errors import ToolkitError
 from toolkit.serve.server import free_port
+from toolkit.targets import target_of
 
 
 def testbed_config(config: DeploymentConfig, rates: list[float], step_s: float) -> DeploymentConfig:
     """The sweep of the ramp: rate mode, one step per rate, streamed over Triton's HTTP endpoint."""
-    if config.engine.target != "cpu":
+    if target_of(config).on_gpu:
         raise ToolkitError("the testbed runs replicas of the CPU deployment", "use a cpu config, e.g. configs/cpu-tiny.yaml")
     raw = config.model_dump()
     raw["sweep"].update(mode="rate", request_rates=list(rates), duration_s=step_s, requests_per_step=None,
