@@ -141,3 +141,69 @@ def test_runner_with_fused_kernels_equals_its_torch_path_in_fp32(tiny_model_dir)
     for chunks in schedule:
         fused, reference = (r.forward(step(chunks)) for r in runners)
         assert (fused - reference).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 13])
+def test_few_row_gemms_equal_torch(kernels, rows):
+    """bf16 (AVX512-BF16 dot products, fp32 accumulation) and int8 (widened in registers) against torch."""
+    import torch
+
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 768, generator=gen).to(torch.bfloat16)
+    if kernels.has_bf16_gemm:
+        w = torch.randn(300, 768, generator=gen).to(torch.bfloat16)
+        expected = x.float() @ w.float().t()
+        assert (kernels.gemm_bf16(x, w).float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+    q = torch.randint(-127, 128, (300, 768), generator=gen, dtype=torch.int8)
+    scale = torch.rand(300, generator=gen) * 0.01
+    expected = x.float() @ (q.float() * scale[:, None]).t()
+    for act in (torch.float32, torch.bfloat16):
+        got = kernels.gemm_int8(x.to(act), q, scale)
+        assert got.dtype == act
+        assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+
+
+def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
+    """Decode-sized inputs go to the C GEMMs, prefill-sized ones to torch's (faster there, measured)."""
+    import torch
+
+    from toolkit.engine.runtime import kernels as linear_kernels
+
+    calls = []
+    for name in ("gemm_bf16", "gemm_int8"):
+        original = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)
+    int8 = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
+                                     torch.bfloat16, native=kernels)
+    for linear, name, small in ((dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS),
+                                (int8, "gemm_int8", linear_kernels.NATIVE_INT8_ROWS)):
+        if name == "gemm_bf16" and not kernels.has_bf16_gemm:
+            continue
+        calls.clear()
+        linear(torch.randn(small, 768).to(torch.bfloat16))
+        assert calls == [name]
+        calls.clear()
+        linear(torch.randn(small + 1, 768).to(torch.bfloat16))
+        assert calls == []
+
+
+@pytest.mark.parametrize("act_quant", ["int8", "fp8"])
+def test_int8_gemm_rounds_activations_as_modelopt_calibrated(kernels, act_quant):
+    """The activation rounding fused into the int8 GEMM equals kernels.fake_quant_activation's, then the GEMM."""
+    import torch
+
+    from toolkit.engine.runtime.kernels import fake_quant_activation
+
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(3, 768, generator=gen) * 3).to(torch.bfloat16)
+    x[0, :4] = torch.tensor([1e4, -1e4, 0.0, 1e-6])  # clamped, clamped, zero, subnormal territory
+    input_scale = torch.tensor(0.02 if act_quant == "int8" else 0.01)
+    rounded = fake_quant_activation(x, act_quant, input_scale)
+    widened = kernels.gemm_int8(x, torch.eye(768, dtype=torch.int8), torch.ones(768), act_quant, float(input_scale))
+    assert torch.equal(widened, rounded)  # identity weights: the kernel's rounded activations, exactly
+    q = torch.randint(-127, 128, (200, 768), generator=gen, dtype=torch.int8)
+    scale = torch.rand(200, generator=gen) * 0.01
+    expected = rounded.float() @ (q.float() * scale[:, None]).t()
+    got = kernels.gemm_int8(x, q, scale, act_quant, float(input_scale)).float()
+    assert (got - expected).abs().max().item() <= 0.01 * expected.abs().max().item()

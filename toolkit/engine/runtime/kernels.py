@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 _FP8_MAX = 448.0
 _INT8_MAX = 127.0
 WIDEN_ROWS = 32  # from this many rows (prefill chunks), 8-bit weights are widened per call for the dense GEMM
+# Up to this many rows the fused C GEMMs (native_kernels.py) beat torch's, measured on `small`'s shapes
+# streaming from memory (perf/README.md): bf16 2.8x at 1 row, 1.4x at 8, even at 16; int8 1.6x at 1, 1.3x at 4.
+NATIVE_BF16_ROWS = 8
+NATIVE_INT8_ROWS = 4
 _warned: set[str] = set()
 
 
@@ -70,14 +74,18 @@ class Linear:
 
 
 class DenseLinear(Linear):
-    def __init__(self, weight, dtype):
+    def __init__(self, weight, dtype, native=None):
         self.weight = weight.to(dtype).contiguous()
+        self.native = native if native is not None and native.has_bf16_gemm else None
         self.weight_format = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float16": "fp16"}[str(dtype)]
         self.weight_bytes = self.weight.numel() * self.weight.element_size()
 
     def __call__(self, x):
+        import torch
         import torch.nn.functional as F
 
+        if self.native is not None and x.dtype == torch.bfloat16 and x.numel() <= NATIVE_BF16_ROWS * x.shape[-1]:
+            return self.native.gemm_bf16(x.reshape(-1, x.shape[-1]), self.weight).reshape(*x.shape[:-1], -1)
         return F.linear(x, self.weight)
 
 
@@ -118,9 +126,12 @@ class Int4Linear(Linear):
 class Int8Linear(Linear):
     """int8 weights with a per-output-channel scale (SmoothQuant's weights; activations fake-quantized to int8)."""
 
-    def __init__(self, values, scales, dtype, act_quant=None, input_scale=None):
+    def __init__(self, values, scales, dtype, act_quant=None, input_scale=None, native=None):
         self.weight = values.contiguous()
         self.scales = scales.to(dtype).contiguous()
+        self.native = native
+        self.scales_fp32 = scales.float().contiguous() if native is not None else None
+        self.input_scale_value = 1.0 if input_scale is None else float(input_scale)
         self.act_quant, self.input_scale = act_quant, input_scale
         self.weight_format = "int8" + ("-a8" if act_quant else "")
         self.weight_bytes = self.weight.numel() + self.scales.numel() * self.scales.element_size()
@@ -129,9 +140,12 @@ class Int8Linear(Linear):
         import torch
         import torch.nn.functional as F
 
-        x = fake_quant_activation(x, self.act_quant, self.input_scale)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
+        if self.native is not None and x2.shape[0] <= NATIVE_INT8_ROWS:  # activation rounding fused in
+            y = self.native.gemm_int8(x2, self.weight, self.scales_fp32, self.act_quant, self.input_scale_value)
+            return y.reshape(*shape[:-1], self.weight.shape[0])
+        x2 = fake_quant_activation(x2, self.act_quant, self.input_scale)
         if x2.shape[0] >= WIDEN_ROWS and x2.dtype != torch.float32:
             # Prefill: the weight-only kernel is built for a few rows; widening the layer's weights to the
             # activation dtype (one pass over them) and running the dense GEMM is ~2x faster at prompt length.
@@ -190,26 +204,26 @@ def can_fuse(parts: list[LinearWeights]) -> bool:
 FP8_KERNELS = ("auto", "scaled_mm", "int8")
 
 
-def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str = "auto") -> Linear:
+def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str = "auto", native=None) -> Linear:
     """One kernel over `parts` stacked along the output dimension (pre_quant_scale already handled).
 
     fp8_kernel: "scaled_mm" runs torch's fp8 GEMM on ModelOpt's exact values; "int8" re-quantizes the
     fp8 weights to int8 per output channel and runs the int8 kernel; "auto" picks scaled_mm off the
     CPU and int8 on it, where torch 2.13's fp8 GEMM is a reference loop (~50x slower than bf16 at
-    batch 1, perf/README.md)."""
+    batch 1, perf/README.md). native: the fused C kernels (native_kernels.py) for few-row GEMMs, or None."""
     import torch
 
     first = parts[0]
     weight = torch.cat([p.weight for p in parts]).to(device)
     input_scale = None if first.input_scale is None else first.input_scale.to(device)
     if first.kind == "dense":
-        return DenseLinear(weight, dtype)
+        return DenseLinear(weight, dtype, native)
     if first.kind == "int4":
         scales = torch.cat([p.weight_scale for p in parts]).to(device)
         return Int4Linear(weight, scales, first.group_size, dtype, first.act_quant, input_scale)
     if first.kind == "int8":
         scales = torch.cat([p.weight_scale for p in parts]).to(device)
-        return Int8Linear(weight, scales, dtype, first.act_quant, input_scale)
+        return Int8Linear(weight, scales, dtype, first.act_quant, input_scale, native)
     if first.kind == "fp8":
         if fp8_kernel not in FP8_KERNELS:
             raise ValueError(f"fp8_kernel {fp8_kernel!r} is not one of {', '.join(FP8_KERNELS)}")
@@ -219,7 +233,7 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str
             _say_once("fp8-int8", "fp8 weights: torch's fp8 GEMM on CPU is a slow reference path; serving them as "
                                   "int8 per output channel (re-quantized from the fp8 values) on the int8 kernel, "
                                   "activations still rounded to fp8")
-            return fp8_as_int8(weight, rows, dtype, first.act_quant, input_scale)
+            return fp8_as_int8(weight, rows, dtype, first.act_quant, input_scale, native)
         if not fp8_scaled_mm_available(str(device)):
             _say_once("fp8", f"fp8: torch._scaled_mm is not available on {device}: fp8 weights are widened to "
                              f"{dtype} inside each GEMM (8-bit weight reads, {dtype} arithmetic)")
@@ -228,7 +242,7 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str
     raise ValueError(f"no kernel for weight kind {first.kind!r}")
 
 
-def fp8_as_int8(values, row_scales, dtype, act_quant, input_scale) -> Int8Linear:
+def fp8_as_int8(values, row_scales, dtype, act_quant, input_scale, native=None) -> Int8Linear:
     """fp8 weights (times their scales) re-quantized to int8 with one scale per output row: at most half
     an int8 step of the row's largest weight away from ModelOpt's values."""
     import torch
@@ -236,6 +250,6 @@ def fp8_as_int8(values, row_scales, dtype, act_quant, input_scale) -> Int8Linear
     exact = values.float() * row_scales[:, None]
     scale = exact.abs().amax(dim=1).clamp(min=1e-12) / 127.0
     linear = Int8Linear(torch.round(exact / scale[:, None]).clamp(-127, 127).to(torch.int8), scale, dtype,
-                        act_quant, input_scale)
+                        act_quant, input_scale, native)
     linear.weight_format = "int8(fp8)" + ("-a8" if act_quant else "")
     return linear

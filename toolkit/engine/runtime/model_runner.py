@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.engine.runtime.checkpoint import LinearWeights, load_checkpoint
-from toolkit.engine.runtime.kernels import can_fuse, make_linear
+from toolkit.engine.runtime.kernels import DenseLinear, can_fuse, make_linear
 from toolkit.engine.runtime.kv_cache import PagedKVCache
 from toolkit.engine.runtime.step import StepInput
 
@@ -60,8 +60,9 @@ def resolve_dtype(dtype: str, device: str):
 
 
 class _Layer:
-    def __init__(self, weights, dtype, device, fp8_kernel="auto"):
+    def __init__(self, weights, dtype, device, fp8_kernel="auto", native=None):
         self.fp8_kernel = fp8_kernel
+        self.native = native
         lin = weights.linears
         self.input_norm = weights.input_norm.float().to(device)
         self.post_norm = weights.post_attention_norm.float().to(device)
@@ -80,14 +81,13 @@ class _Layer:
             norm = norm * smooth.to(device)
             parts = [LinearWeights(p.kind, p.weight, p.weight_scale, None, p.input_scale, p.act_quant) for p in parts]
         if can_fuse(parts):
-            return [make_linear(parts, dtype, device, self.fp8_kernel)], norm
-        return [_Smoothed(make_linear([p], dtype, device, self.fp8_kernel), p.pre_quant_scale, dtype, device)
-                for p in parts], norm
+            return [make_linear(parts, dtype, device, self.fp8_kernel, self.native)], norm
+        return [_Smoothed(make_linear([p], dtype, device, self.fp8_kernel, self.native), p.pre_quant_scale, dtype,
+                          device) for p in parts], norm
 
-    @staticmethod
-    def _single(part: LinearWeights, dtype, device, fp8_kernel):
+    def _single(self, part: LinearWeights, dtype, device, fp8_kernel):
         smooth = None if part.pre_quant_scale is None else part.pre_quant_scale.to(device).to(dtype)
-        return make_linear([part], dtype, device, fp8_kernel), smooth
+        return make_linear([part], dtype, device, fp8_kernel, self.native), smooth
 
 
 class _Smoothed:
@@ -118,8 +118,15 @@ class ModelRunner:
         self.block_size = block_size
         self.embed = ckpt.embed_tokens.to(device).to(self.dtype)
         self.final_norm = ckpt.final_norm.to(device).to(self.dtype)
-        self.lm_head = ckpt.lm_head.to(device).to(self.dtype)
-        self.layers = [_Layer(layer, self.dtype, device, fp8_kernel) for layer in ckpt.layers]
+        # Fused C kernels for norms, RoPE, decode attention and few-row GEMMs (native_kernels.py) where they build here.
+        self.native = None
+        if native and device == "cpu":
+            from toolkit.engine.runtime import native_kernels
+
+            kernels = native_kernels.load()
+            self.native = kernels if kernels is not None and kernels.supports(self.dtype) else None
+        self.layers = [_Layer(layer, self.dtype, device, fp8_kernel, self.native) for layer in ckpt.layers]
+        self.lm_head = DenseLinear(ckpt.lm_head.to(device), self.dtype, self.native)
         inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim))
         angles = torch.outer(torch.arange(s.max_position_embeddings, dtype=torch.float64), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
@@ -129,13 +136,6 @@ class ModelRunner:
                                   num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, compute_dtype=self.dtype,
                                   kv_cache_dtype=kv_cache_dtype, scales=[layer.kv_scales for layer in ckpt.layers],
                                   device=device)
-        # Fused C kernels for norms, RoPE and decode attention (native_kernels.py) where they build here.
-        self.native = None
-        if native and device == "cpu":
-            from toolkit.engine.runtime import native_kernels
-
-            kernels = native_kernels.load()
-            self.native = kernels if kernels is not None and kernels.supports(self.dtype) else None
         self.warm_up_seconds = 0.0
         if kv_cache_dtype != "auto" and self.cache.scale_source == "fixed":
             log.warning("kv_cache_dtype %s: the checkpoint has no calibrated k/v scales; using a fixed amax of 16",
@@ -156,7 +156,7 @@ class ModelRunner:
     def weight_bytes(self) -> int:
         """Bytes one decode step reads for weights (linears + lm_head; the embedding row is negligible)."""
         linear = sum(lin.weight_bytes for layer in self.layers for lin in self._linears(layer))
-        return linear + self.lm_head.numel() * self.lm_head.element_size()
+        return linear + self.lm_head.weight_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -311,9 +311,7 @@ class ModelRunner:
         return h
 
     def _logits(self, h):
-        import torch.nn.functional as F
-
-        return F.linear(self._rms_norm(h, self.final_norm), self.lm_head).float()
+        return self.lm_head(self._rms_norm(h, self.final_norm)).float()
 
     def warm_up(self, max_batch_size: int, max_num_tokens: int) -> None:
         """First-call costs paid before serving: one prefill

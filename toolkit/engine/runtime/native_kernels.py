@@ -1,4 +1,5 @@
-"""The engine's fused CPU kernels (csrc/decode_kernels.c): RMSNorm, RoPE and paged decode attention.
+"""The engine's fused CPU kernels (csrc/decode_kernels.c): RMSNorm, RoPE, paged decode attention and
+the few-row (decode) bf16 and int8 GEMMs.
 
 Compiled once per machine with the system C compiler (-O3 -march=native, OpenMP; cached by source,
 flags and CPU model) and called through ctypes on the tensors' memory. Why: see the C file's header.
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 ACTIVATION_KINDS = {"torch.float32": 0, "torch.bfloat16": 1}
 CACHE_KINDS = {"torch.float32": 0, "torch.bfloat16": 1, "torch.int8": 2, "torch.float8_e4m3fn": 3}
+ACT_QUANT = {None: 0, "int8": 1, "fp8": 2}
 _FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno"]
 _loaded: dict[str, object] = {}
 
@@ -42,10 +44,13 @@ class NativeKernels:
         library.decode_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                              c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float,
                                              c.c_float, c.c_int, c.c_int]
-        library.gemm_int8.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p, c.c_int]
-        library.gemm_int4.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p,
-                                      c.c_int]
-        for fn in (library.rms_norm, library.rope, library.decode_attention, library.gemm_int8, library.gemm_int4):
+        library.gemm_int8.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p, c.c_int,
+                                      c.c_int, c.c_float]
+        library.gemm_bf16.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_int, c.c_void_p]
+        library.gemm_bf16_available.restype = c.c_int
+        self.has_bf16_gemm = bool(library.gemm_bf16_available())
+        for fn in (library.rms_norm, library.rope, library.decode_attention, library.gemm_int8,
+                   library.gemm_bf16):
             fn.restype = None
 
     @staticmethod
@@ -88,39 +93,26 @@ class NativeKernels:
 
     # --- weight-only GEMMs (x [M, K] in the activation dtype → [M, N]) --------------------------------
 
-    def gemm_int8(self, x, weight, scale):
-        """weight int8 [N, K], scale fp32 [N]."""
+    def gemm_int8(self, x, weight, scale, act_quant: str | None = None, input_scale: float = 1.0):
+        """weight int8 [N, K], scale fp32 [N]; x first rounded to act_quant ("int8", "fp8" or None) at
+        input_scale, as kernels.fake_quant_activation does."""
         import torch
 
         x = x.contiguous()
         n, k = weight.shape
         y = torch.empty(x.shape[0], n, dtype=x.dtype)
         self._lib.gemm_int8(x.data_ptr(), x.shape[0], k, weight.data_ptr(), scale.data_ptr(), n, y.data_ptr(),
-                            ACTIVATION_KINDS[str(x.dtype)])
+                            ACTIVATION_KINDS[str(x.dtype)], ACT_QUANT[act_quant], input_scale)
         return y
 
-    @staticmethod
-    def int4_packable(in_features: int, group_size: int) -> bool:
-        return group_size % 32 == 0 and in_features % group_size == 0
-
-    @staticmethod
-    def pack_int4(values):
-        """int4 values [N, K] in [-8, 7] → bytes [N, K/2] in the kernel's layout (see decode_kernels.c)."""
-        import torch
-
-        n, k = values.shape
-        nibbles = (values.to(torch.int16) + 8).to(torch.uint8).reshape(n, k // 32, 2, 16)
-        return (nibbles[:, :, 0, :] | (nibbles[:, :, 1, :] << 4)).reshape(n, k // 2).contiguous()
-
-    def gemm_int4(self, x, packed, scales, group_size: int):
-        """packed: pack_int4's bytes [N, K/2]; scales fp32 [N, K/group_size]."""
+    def gemm_bf16(self, x, weight):
+        """x bf16 [M, K], weight bf16 [N, K] (only where has_bf16_gemm)."""
         import torch
 
         x = x.contiguous()
-        n, k = packed.shape[0], packed.shape[1] * 2
-        y = torch.empty(x.shape[0], n, dtype=x.dtype)
-        self._lib.gemm_int4(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scales.data_ptr(), group_size, n,
-                            y.data_ptr(), ACTIVATION_KINDS[str(x.dtype)])
+        n, k = weight.shape
+        y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
+        self._lib.gemm_bf16(x.data_ptr(), x.shape[0], k, weight.data_ptr(), n, y.data_ptr())
         return y
 
 

@@ -159,27 +159,68 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
 /* ---- weight-only GEMMs for few rows (decode) ------------------------------------------------------
  * y[m, n] = sum_k x[m, k] * w[n, k] * scale, weights read once per tile of up to TILE_M rows and widened
  * to fp32 in registers: a decode step streams each weight byte once, which is what makes it memory-bound.
- * torch's stock int8/int4 weight-only kernels read them at a fraction of the machine's bandwidth at
- * batch 1 and re-read them per row as the batch grows (perf/README.md).
+ * torch's stock bf16 and int8 kernels read them at 40-60 % of the machine's bandwidth at batch 1
+ * (perf/README.md); past a few rows the step turns compute-bound and torch's kernels are as fast.
  *
- * int8: w [N, K] int8, scale [N] fp32 (one per output row).
- * int4: w [N, K/2] bytes; within each 32 consecutive k, byte i holds k0+i in its low nibble and k0+16+i in
- *       its high nibble, each stored as q + 8 for q in [-8, 7]; scale [N, K/group] fp32.
- * x: [M, K] in the activation dtype, converted once to fp32; y: [M, N] in the activation dtype.
+ * int8: w [N, K] int8, scale [N] fp32 (one per output row); x [M, K] in the activation dtype, widened
+ * once to fp32; y [M, N] in the activation dtype. (int4 stays on torch's kernel: a kernel of this shape
+ * unpacking nibbles ran at a third of its speed, measured.)
  */
 #define TILE_M 8
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
 
-static float *widen_activations(const void *x, int64_t M, int K, int kind) {
+/* x rounded to float8_e4m3fn (round to nearest even, as torch's cast; |x| already <= 448). */
+static inline float round_e4m3(float v) {
+    float a = fabsf(v);
+    if (a == 0.0f) return v;
+    int e;
+    frexpf(a, &e);
+    int lead = e - 1 < -6 ? -6 : e - 1;  /* below 2^-6 the subnormal spacing 2^-9 holds */
+    float step = ldexpf(1.0f, lead - 3);
+    return copysignf(nearbyintf(a / step) * step, v);
+}
+
+/* Activations widened to fp32, and rounded first as ModelOpt calibrated them (static per-tensor scale):
+ * act_quant 0 none, 1 int8 (SmoothQuant), 2 fp8_e4m3 — what fake_quant_activation does in torch. */
+static float *widen_activations(const void *x, int64_t M, int K, int kind, int act_quant, float input_scale) {
     float *xf = (float *)malloc(sizeof(float) * (size_t)(M * K));
-    for (int64_t m = 0; m < M; m++) load_row(xf + m * K, x, m * K, K, kind, 1.0f);
+    for (int64_t m = 0; m < M; m++) {
+        float *row = xf + m * K;
+        load_row(row, x, m * K, K, kind, 1.0f);
+        if (act_quant == 1)
+            for (int k = 0; k < K; k++) {
+                float q = nearbyintf(row[k] / input_scale);
+                row[k] = round_to((q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) * input_scale, kind);
+            }
+        else if (act_quant == 2)
+            for (int k = 0; k < K; k++) {
+                float q = row[k] / input_scale;
+                row[k] = round_to(round_e4m3(q < -448.0f ? -448.0f : q > 448.0f ? 448.0f : q) * input_scale, kind);
+            }
+    }
     return xf;
 }
 
 static void int8_rows(const float *xf, int rows, int K, const int8_t *wrow, float *out) {
 #ifdef __AVX512F__
+    if (rows == 1 && K % 64 == 0) {  /* four independent chains: one would wait on each FMA's latency */
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int k = 0; k < K; k += 64) {
+            __m512i bytes = _mm512_loadu_si512((const void *)(wrow + k));
+            a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(bytes))),
+                                 _mm512_loadu_ps(xf + k), a0);
+            a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(bytes, 1))),
+                                 _mm512_loadu_ps(xf + k + 16), a1);
+            a2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(bytes, 2))),
+                                 _mm512_loadu_ps(xf + k + 32), a2);
+            a3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(bytes, 3))),
+                                 _mm512_loadu_ps(xf + k + 48), a3);
+        }
+        out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        return;
+    }
     __m512 acc[TILE_M];
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     int k = 0;
@@ -202,8 +243,9 @@ static void int8_rows(const float *xf, int rows, int K, const int8_t *wrow, floa
 #endif
 }
 
-void gemm_int8(const void *x, int64_t M, int K, const int8_t *w, const float *scale, int N, void *y, int kind) {
-    float *xf = widen_activations(x, M, K, kind);
+void gemm_int8(const void *x, int64_t M, int K, const int8_t *w, const float *scale, int N, void *y, int kind,
+               int act_quant, float input_scale) {
+    float *xf = widen_activations(x, M, K, kind, act_quant, input_scale);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
@@ -220,62 +262,42 @@ void gemm_int8(const void *x, int64_t M, int K, const int8_t *w, const float *sc
     free(xf);
 }
 
-static void int4_rows(const float *xf, int rows, int K, const uint8_t *wrow, const float *scales, int group,
-                      float *out) {
-    /* groups are multiples of 32 (ModelOpt's AWQ uses 128), K a multiple of the group */
-#ifdef __AVX512F__
-    __m512 acc[TILE_M], part[TILE_M];
-    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
-    const __m512i low = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);
-    for (int g0 = 0; g0 < K; g0 += group) {
-        for (int m = 0; m < rows; m++) part[m] = _mm512_setzero_ps();
-        for (int k = g0; k < g0 + group; k += 32) {
-            __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wrow + k / 2)));
-            __m512 w0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(bytes, low), eight));
-            __m512 w1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), eight));
-            for (int m = 0; m < rows; m++) {
-                const float *xm = xf + (int64_t)m * K + k;
-                part[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xm), part[m]);
-                part[m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xm + 16), part[m]);
-            }
-        }
-        __m512 s = _mm512_set1_ps(scales[g0 / group]);
-        for (int m = 0; m < rows; m++) acc[m] = _mm512_fmadd_ps(part[m], s, acc[m]);
-    }
-    for (int m = 0; m < rows; m++) out[m] = _mm512_reduce_add_ps(acc[m]);
+/* bf16: w [N, K] bf16; x [M, K] bf16 (kept in bf16: AVX512-BF16's dot product takes pairs of bf16 and
+ * accumulates in fp32, which is what a bf16 GEMM does). Returns 0 where this CPU lacks AVX512-BF16 and
+ * the caller keeps F.linear. */
+int gemm_bf16_available(void) {
+#if defined(__AVX512BF16__)
+    return 1;
 #else
-    for (int m = 0; m < rows; m++) {
-        float total = 0.0f;
-        for (int g0 = 0; g0 < K; g0 += group) {
-            float s = 0.0f;
-            for (int k = g0; k < g0 + group; k += 32)
-                for (int i = 0; i < 16; i++) {
-                    uint8_t b = wrow[k / 2 + i];
-                    s += xf[(int64_t)m * K + k + i] * (float)((b & 15) - 8)
-                       + xf[(int64_t)m * K + k + 16 + i] * (float)((b >> 4) - 8);
-                }
-            total += s * scales[g0 / group];
-        }
-        out[m] = total;
-    }
+    return 0;
 #endif
 }
 
-void gemm_int4(const void *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N, void *y,
-               int kind) {
-    float *xf = widen_activations(x, M, K, kind);
-    int groups = K / group;
+void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, uint16_t *y) {
+#if defined(__AVX512BF16__)
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
+        const uint16_t *wrow = w + (int64_t)n * K;
         for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
             int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
-            float out[TILE_M];
-            int4_rows(xf + m0 * K, rows, K, w + (int64_t)n * (K / 2), scales + (int64_t)n * groups, group, out);
+            __m512 acc[TILE_M];
+            for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+            int k = 0;
+            for (; k + 32 <= K; k += 32) {
+                __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wrow + k));
+                for (int m = 0; m < rows; m++) {
+                    __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + (m0 + m) * K + k));
+                    acc[m] = _mm512_dpbf16_ps(acc[m], wv, xv);
+                }
+            }
             for (int m = 0; m < rows; m++) {
-                if (kind == F32) ((float *)y)[(m0 + m) * N + n] = out[m];
-                else ((uint16_t *)y)[(m0 + m) * N + n] = f32_to_bf16(out[m]);
+                float s = _mm512_reduce_add_ps(acc[m]);
+                for (int kk = k; kk < K; kk++) s += bf16_to_f32(wrow[kk]) * bf16_to_f32(x[(m0 + m) * K + kk]);
+                y[(m0 + m) * N + n] = f32_to_bf16(s);
             }
         }
     }
-    free(xf);
+#else
+    (void)x; (void)M; (void)K; (void)w; (void)N; (void)y;
+#endif
 }
