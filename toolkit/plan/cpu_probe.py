@@ -1,9 +1,10 @@
 """This machine as the planner's device: memory bandwidth as decode reads it and the compute rate of
 each kernel the CPU engine runs, measured, cached with date and spread (`toolkit plan --reprobe`).
 
-- Bandwidth: a batch-1 GEMV streaming a weight matrix far larger than the caches, in each kernel
-  (fp32, bf16, int8 weight-only, int4 group-128), and a sum over the same bytes; the fastest read is
-  the machine's memory roof as a decode step can read it. Neither alone is safe: elsewhere a sum
+- Bandwidth: a batch-1 GEMV streaming a weight matrix far larger than the caches, in each kernel the
+  CPU engine runs (fp32, bf16, int8 weight-only, int4 group-128: its own Linear classes), and a sum
+  over the same bytes; the fastest read is the machine's memory roof as a decode step can read it,
+  and each kernel's own read rate is what the roofline charges that format's weights. Neither alone is safe: elsewhere a sum
   understated the roof (llama.cpp read faster), here torch's stock GEMVs stop at ~60 % of a sum.
 - Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
   best of two batches is that kernel's roof.
@@ -26,7 +27,7 @@ from toolkit.plan.hardware import HardwareSpec
 from toolkit.quantize.formats import DTYPES
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 3  # bump when the probe measures differently: older caches are measured again
+VERSION = 4  # bump when the probe measures differently: older caches are measured again
 KERNELS = ("fp32", "bf16", "int8", "int4")
 INT4_GROUP = 128
 # Until perf/engine_bench.py measures the engine's own fixed cost per decode step (dispatch,
@@ -45,27 +46,30 @@ def _best_seconds(fn, repeats: int) -> float:
 
 
 def _kernel(name: str, out_features: int, in_features: int):
-    """(weight bytes, input dtype, fn(x) → y) for one linear in `name`'s kernel. The weights are a
-    random block of rows repeated (each output row is independent; values only need to be realistic)."""
+    """(weight bytes, input dtype, fn(x) → y) for one linear as the CPU engine runs it in `name`: its own
+    Linear classes (toolkit/engine/runtime/kernels.py) with its fused C GEMMs where they build, so
+    the rates are the engine's, not torch's stock kernels'. The weights are a random block of rows
+    repeated (each output row is independent; values only need to be realistic)."""
     import torch
 
+    from toolkit.engine.runtime import kernels, native_kernels
+
+    native = native_kernels.load()
     block = min(out_features, 1024)
     repeats = out_features // block
-    out_features = block * repeats
     if name in ("fp32", "bf16"):
         dtype = torch.float32 if name == "fp32" else torch.bfloat16
-        weight = torch.randn(block, in_features, dtype=dtype).repeat(repeats, 1)
-        return weight.numel() * weight.element_size(), dtype, lambda x: torch.nn.functional.linear(x, weight)
+        linear = kernels.DenseLinear(torch.randn(block, in_features).repeat(repeats, 1), dtype, native)
+        return linear.weight_bytes, dtype, linear
     if name == "int8":
-        weight = torch.randint(-128, 128, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
-        scales = torch.rand(out_features, dtype=torch.bfloat16)
-        return weight.numel(), torch.bfloat16, lambda x: torch._weight_int8pack_mm(x, weight, scales)
+        values = torch.randint(-128, 128, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
+        linear = kernels.Int8Linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, native=native)
+        return linear.weight_bytes, torch.bfloat16, linear
     if name == "int4":
-        values = torch.randint(0, 16, (block, in_features), dtype=torch.int32)
-        packed = torch._convert_weight_to_int4pack_for_cpu(values, 1).repeat(repeats, 1)
-        scales_zeros = torch.rand(in_features // INT4_GROUP, out_features, 2, dtype=torch.bfloat16)
-        nbytes = packed.numel() * packed.element_size() + scales_zeros.numel() * 2
-        return nbytes, torch.bfloat16, lambda x: torch._weight_int4pack_mm_for_cpu(x, packed, INT4_GROUP, scales_zeros)
+        values = torch.randint(-8, 8, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
+        scales = torch.rand(block * repeats, in_features // INT4_GROUP) * 0.01
+        linear = kernels.Int4Linear(values, scales, INT4_GROUP, torch.bfloat16)
+        return linear.weight_bytes, torch.bfloat16, linear
     raise ValueError(name)
 
 

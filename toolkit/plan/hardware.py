@@ -66,6 +66,12 @@ class HardwareSpec:
     def peak_flops(self, weights: str) -> float:
         return self.peak_tflops[self.compute_type(weights)] * 1e12
 
+    def weight_read_bytes(self, weights: str) -> float:
+        """How fast a decode step reads this format's weights: on the CPU, the probed streaming rate of the
+        engine's own kernel for it (a kernel may read below the memory roof); elsewhere the bandwidth."""
+        rate = (self.probe.get("gemv_bytes_s") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
+        return rate or self.bandwidth_bytes
+
     def crossover(self, weights: str = "bf16") -> float:
         """FLOP per byte above which a kernel is compute-bound here (the roofline's ridge)."""
         return self.peak_flops(weights) / self.bandwidth_bytes

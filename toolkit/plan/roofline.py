@@ -71,7 +71,8 @@ class DecodeStep:
 def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, context_tokens: float) -> DecodeStep:
     stages = d.tp * d.pp
     kv_read = batch * context_tokens * kv_bytes_per_token_per_gpu(spec, d)
-    memory_s = (weight_bytes(spec, d.weights) / stages + kv_read) / hw.bandwidth_bytes * d.pp
+    memory_s = (weight_bytes(spec, d.weights) / stages / hw.weight_read_bytes(d.weights)
+                + kv_read / hw.bandwidth_bytes) * d.pp
     compute_s = 2 * spec.total_params * batch / stages / hw.peak_flops(d.weights) * d.pp
     message = batch * spec.hidden_size * 2  # bf16 activations
     link = hw.interconnect_gbs * 1e9 if hw.interconnect_gbs else hw.bandwidth_bytes

@@ -13,6 +13,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
 
@@ -107,10 +110,10 @@ void rope(void *x, int64_t row_stride, const int64_t *positions, const void *cos
  * q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim]
  * (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
  * context_lens: [batch]. Query head h reads kv head h / (heads / kv_heads), as HF's repeat_kv. */
-void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
-                      const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
-                      int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
-    init_fp8();
+static void decode_attention_scalar(const void *q, const void *k_cache, const void *v_cache,
+                                    const int64_t *block_tables, const int64_t *context_lens, void *out, int batch,
+                                    int heads, int kv_heads, int head_dim, int max_blocks, int block_size,
+                                    float k_scale, float v_scale, int act_kind, int cache_kind) {
     int group = heads / kv_heads;
     float softmax_scale = 1.0f / sqrtf((float)head_dim);
     #pragma omp parallel for collapse(2) schedule(static)
@@ -156,6 +159,137 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
     }
 }
 
+#ifdef __AVX512F__
+static inline __m512 load16(const void *base, int64_t at, int kind, float scale) {
+    switch (kind) {
+    case F32: return _mm512_loadu_ps((const float *)base + at);
+    case BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + at))), 16));
+    case I8:
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                 _mm_loadu_si128((const __m128i *)((const int8_t *)base + at)))), _mm512_set1_ps(scale));
+    default: {
+        float tmp[16];
+        load_row(tmp, base, at, 16, kind, scale);
+        return _mm512_loadu_ps(tmp);
+    }
+    }
+}
+
+/* e^x for x <= 0 (Cephes' expf polynomial, ~1 ulp): softmax's exponentials 16 at a time. */
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The same attention 16 lanes at a time (head_dim a multiple of 16, up to 256). */
+static void decode_attention_avx512(const void *q, const void *k_cache, const void *v_cache,
+                                    const int64_t *block_tables, const int64_t *context_lens, void *out, int batch,
+                                    int heads, int kv_heads, int head_dim, int max_blocks, int block_size,
+                                    float k_scale, float v_scale, int act_kind, int cache_kind) {
+    int group = heads / kv_heads, nv = head_dim / 16;
+    float softmax_scale = 1.0f / sqrtf((float)head_dim);
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < batch; b++) {
+        for (int kvh = 0; kvh < kv_heads; kvh++) {
+            int64_t ctx = context_lens[b];
+            const int64_t *table = block_tables + (int64_t)b * max_blocks;
+            __m512 qv[group][nv], acc[group][nv], row[16];
+            float m[group], l[group], tmp[head_dim];
+            float *scores = (float *)malloc(sizeof(float) * (size_t)(ctx * group + 16));
+            for (int g = 0; g < group; g++) {
+                load_row(tmp, q, ((int64_t)b * heads + kvh * group + g) * head_dim, head_dim, act_kind, 1.0f);
+                for (int j = 0; j < nv; j++) {
+                    qv[g][j] = _mm512_mul_ps(_mm512_loadu_ps(tmp + 16 * j), _mm512_set1_ps(softmax_scale));
+                    acc[g][j] = _mm512_setzero_ps();
+                }
+                m[g] = -INFINITY;
+                l[g] = 0.0f;
+            }
+            /* Token t lies at row table[t / block_size] * block_size + t % block_size; stepping through the
+             * blocks avoids integer divisions per token (a third of this loop's time when it had them). */
+            int64_t row_stride = (int64_t)kv_heads * head_dim, base = 0;
+            for (int64_t t = 0, in_block = block_size, blk = 0; t < ctx; t++, in_block++, base += row_stride) {
+                if (in_block == block_size) {
+                    base = (table[blk++] * block_size * kv_heads + kvh) * head_dim;
+                    in_block = 0;
+                }
+                for (int j = 0; j < nv; j++) row[j] = load16(k_cache, base + 16 * j, cache_kind, k_scale);
+                for (int g = 0; g < group; g++) {
+                    __m512 d = _mm512_mul_ps(qv[g][0], row[0]);
+                    for (int j = 1; j < nv; j++) d = _mm512_fmadd_ps(qv[g][j], row[j], d);
+                    float sc = _mm512_reduce_add_ps(d);
+                    scores[g * ctx + t] = sc;
+                    if (sc > m[g]) m[g] = sc;
+                }
+            }
+            for (int g = 0; g < group; g++) {
+                float *sg = scores + g * ctx;
+                __m512 mx = _mm512_set1_ps(m[g]), sum = _mm512_setzero_ps();
+                int64_t t = 0;
+                for (; t + 16 <= ctx; t += 16) {
+                    __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sg + t), mx));
+                    _mm512_storeu_ps(sg + t, e);
+                    sum = _mm512_add_ps(sum, e);
+                }
+                if (t < ctx) {
+                    __mmask16 tail = (__mmask16)((1u << (ctx - t)) - 1u);
+                    __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, sg + t), mx));
+                    _mm512_mask_storeu_ps(sg + t, tail, e);
+                    sum = _mm512_mask_add_ps(sum, tail, sum, e);
+                }
+                l[g] = _mm512_reduce_add_ps(sum);
+            }
+            base = 0;
+            for (int64_t t = 0, in_block = block_size, blk = 0; t < ctx; t++, in_block++, base += row_stride) {
+                if (in_block == block_size) {
+                    base = (table[blk++] * block_size * kv_heads + kvh) * head_dim;
+                    in_block = 0;
+                }
+                for (int j = 0; j < nv; j++) row[j] = load16(v_cache, base + 16 * j, cache_kind, v_scale);
+                for (int g = 0; g < group; g++) {
+                    __m512 p = _mm512_set1_ps(scores[g * ctx + t]);
+                    for (int j = 0; j < nv; j++) acc[g][j] = _mm512_fmadd_ps(p, row[j], acc[g][j]);
+                }
+            }
+            for (int g = 0; g < group; g++) {
+                __m512 inv = _mm512_set1_ps(1.0f / l[g]);
+                for (int j = 0; j < nv; j++) _mm512_storeu_ps(tmp + 16 * j, _mm512_mul_ps(acc[g][j], inv));
+                store_row(out, ((int64_t)b * heads + kvh * group + g) * head_dim, tmp, head_dim, act_kind);
+            }
+            free(scores);
+        }
+    }
+}
+#endif
+
+void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
+                      const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
+                      int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
+    init_fp8();
+#ifdef __AVX512F__
+    if (head_dim % 16 == 0 && head_dim <= 256) {
+        decode_attention_avx512(q, k_cache, v_cache, block_tables, context_lens, out, batch, heads, kv_heads,
+                                head_dim, max_blocks, block_size, k_scale, v_scale, act_kind, cache_kind);
+        return;
+    }
+#endif
+    decode_attention_scalar(q, k_cache, v_cache, block_tables, context_lens, out, batch, heads, kv_heads, head_dim,
+                            max_blocks, block_size, k_scale, v_scale, act_kind, cache_kind);
+}
+
 /* ---- weight-only GEMMs for few rows (decode) ------------------------------------------------------
  * y[m, n] = sum_k x[m, k] * w[n, k] * scale, weights read once per tile of up to TILE_M rows and widened
  * to fp32 in registers: a decode step streams each weight byte once, which is what makes it memory-bound.
@@ -167,9 +301,6 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
  * unpacking nibbles ran at a third of its speed, measured.)
  */
 #define TILE_M 8
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 
 /* x rounded to float8_e4m3fn (round to nearest even, as torch's cast; |x| already <= 448). */
 static inline float round_e4m3(float v) {
@@ -219,6 +350,21 @@ static void int8_rows(const float *xf, int rows, int K, const int8_t *wrow, floa
                                  _mm512_loadu_ps(xf + k + 48), a3);
         }
         out[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        return;
+    }
+    if (rows <= 4 && K % 32 == 0) {  /* two chains per row */
+        __m512 a[4], b[4];
+        for (int m = 0; m < rows; m++) a[m] = b[m] = _mm512_setzero_ps();
+        for (int k = 0; k < K; k += 32) {
+            __m256i bytes = _mm256_loadu_si256((const __m256i *)(wrow + k));
+            __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes)));
+            __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1)));
+            for (int m = 0; m < rows; m++) {
+                a[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xf + (int64_t)m * K + k), a[m]);
+                b[m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xf + (int64_t)m * K + k + 16), b[m]);
+            }
+        }
+        for (int m = 0; m < rows; m++) out[m] = _mm512_reduce_add_ps(_mm512_add_ps(a[m], b[m]));
         return;
     }
     __m512 acc[TILE_M];
