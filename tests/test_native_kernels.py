@@ -163,6 +163,26 @@ def test_few_row_gemms_equal_torch(kernels, rows):
         assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
 
 
+@pytest.mark.parametrize("rows", [1, 5, 8, 11])
+def test_int4_gemm_and_its_bf16_widening_equal_the_dequantized_weights(kernels, rows):
+    import torch
+
+    if not kernels.has_bf16_gemm:
+        pytest.skip("this CPU has no AVX512-BF16: int4 stays on torch's kernel")
+    gen = torch.Generator().manual_seed(rows)
+    values = torch.randint(-8, 8, (96, 512), generator=gen)
+    scales = torch.rand(96, 512 // 128, generator=gen) * 0.1
+    packed = kernels.pack_int4(values)
+    assert packed.shape == (96, 256) and packed.dtype == torch.uint8
+    dequantized = (values.float().reshape(96, -1, 128) * scales[:, :, None]).reshape(96, 512)
+    widened = kernels.unpack_int4(packed, scales, 128)
+    assert torch.equal(widened, dequantized.to(torch.bfloat16))  # q * scale, rounded once
+    x = torch.randn(rows, 512, generator=gen).to(torch.bfloat16)
+    expected = x.float() @ dequantized.t()
+    got = kernels.gemm_int4(x, packed, scales, 128).float()
+    assert (got - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+
+
 def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     """Decode-sized inputs go to the C GEMMs, prefill-sized ones to torch's (faster there, measured)."""
     import torch
@@ -170,22 +190,25 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     from toolkit.engine.runtime import kernels as linear_kernels
 
     calls = []
-    for name in ("gemm_bf16", "gemm_int8"):
+    for name in ("gemm_bf16", "gemm_int8", "gemm_int4", "unpack_int4"):
         original = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
     dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)
     int8 = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
                                      torch.bfloat16, native=kernels)
-    for linear, name, small in ((dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS),
-                                (int8, "gemm_int8", linear_kernels.NATIVE_INT8_ROWS)):
-        if name == "gemm_bf16" and not kernels.has_bf16_gemm:
-            continue
+    int4 = linear_kernels.Int4Linear(torch.randint(-8, 8, (64, 768)), torch.rand(64, 6), 128, torch.bfloat16,
+                                     native=kernels)
+    cases = [(int8, "gemm_int8", linear_kernels.NATIVE_INT8_ROWS, [])]
+    if kernels.has_bf16_gemm:  # int4 in the fused layout, prefill widened to bf16 for the dense GEMM
+        cases += [(dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS, []),
+                  (int4, "gemm_int4", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4"])]
+    for linear, name, small, above in cases:
         calls.clear()
         linear(torch.randn(small, 768).to(torch.bfloat16))
         assert calls == [name]
         calls.clear()
         linear(torch.randn(small + 1, 768).to(torch.bfloat16))
-        assert calls == []
+        assert calls == above
 
 
 @pytest.mark.parametrize("act_quant", ["int8", "fp8"])

@@ -68,7 +68,7 @@ def _kernel(name: str, out_features: int, in_features: int):
     if name == "int4":
         values = torch.randint(-8, 8, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
         scales = torch.rand(block * repeats, in_features // INT4_GROUP) * 0.01
-        linear = kernels.Int4Linear(values, scales, INT4_GROUP, torch.bfloat16)
+        linear = kernels.Int4Linear(values, scales, INT4_GROUP, torch.bfloat16, native=native)
         return linear.weight_bytes, torch.bfloat16, linear
     raise ValueError(name)
 

@@ -25,9 +25,10 @@ _FP8_MAX = 448.0
 _INT8_MAX = 127.0
 WIDEN_ROWS = 32  # from this many rows (prefill chunks), 8-bit weights are widened per call for the dense GEMM
 # Up to this many rows the fused C GEMMs (native_kernels.py) beat torch's, measured on `small`'s shapes
-# streaming from memory (perf/README.md): bf16 2.8x at 1 row, 1.4x at 8, even at 16; int8 1.6x at 1, 1.3x at 4.
+# streaming from memory (perf/README.md): bf16 2.8x at 1 row, 1.4x at 8, even at 16; int8 1.6x at 1, 1.3x at 8,
+# slower at 16. (int4: theirs from 1 row up to WIDEN_ROWS, where widening to bf16 takes over.)
 NATIVE_BF16_ROWS = 8
-NATIVE_INT8_ROWS = 4
+NATIVE_INT8_ROWS = 8
 _warned: set[str] = set()
 
 
@@ -90,15 +91,28 @@ class DenseLinear(Linear):
 
 
 class Int4Linear(Linear):
-    """Packed int4 (two per byte, torch's CPU tile layout), per-group scales, zero point 0."""
+    """Packed int4 (two per byte), per-group scales, zero point 0. With the fused C kernels and bf16
+    activations, in their layout (native_kernels.pack_int4): decode on their int4 GEMM, prefill chunks
+    on the weights widened to bf16 per call (twice as fast as torch's int4 kernel at 128 rows).
+    Otherwise torch's CPU tile layout and `_weight_int4pack_mm_for_cpu`."""
 
-    def __init__(self, values, scales, group_size: int, dtype, act_quant=None, input_scale=None):
+    def __init__(self, values, scales, group_size: int, dtype, act_quant=None, input_scale=None, native=None):
         import torch
 
-        # torch's int4pack stores unsigned nibbles q + 8 and dequantizes as (q - 8) * scale + zero.
         self.out_features, self.in_features = values.shape
         self.group_size = group_size
         self.device = values.device
+        self.act_quant, self.input_scale = act_quant, input_scale
+        self.weight_format = f"int4-g{group_size}" + ("-a8" if act_quant else "")
+        self.native = None
+        if (native is not None and native.has_bf16_gemm and dtype == torch.bfloat16 and values.device.type == "cpu"
+                and native.int4_packable(self.in_features, group_size)):
+            self.native = native
+            self.packed = native.pack_int4(values)
+            self.scales_fp32 = scales.float().contiguous()
+            self.weight_bytes = self.packed.numel() + self.scales_fp32.numel() * 4
+            return
+        # torch's int4pack stores unsigned nibbles q + 8 and dequantizes as (q - 8) * scale + zero.
         if values.device.type == "cpu":
             self.packed = torch._convert_weight_to_int4pack_for_cpu((values.to(torch.int32) + 8).contiguous(), 1)
         else:  # CUDA layout (not exercised on this machine): uint8 [out, in/2], even column in the high nibble
@@ -106,17 +120,20 @@ class Int4Linear(Linear):
             self.packed = torch._convert_weight_to_int4pack((unsigned[:, ::2] << 4 | unsigned[:, 1::2]).to(torch.uint8), 8)
         scales_t = scales.t().to(dtype).contiguous()  # [in / group, out]
         self.scales_and_zeros = torch.stack([scales_t, torch.zeros_like(scales_t)], dim=-1).contiguous()
-        self.act_quant, self.input_scale = act_quant, input_scale
-        self.weight_format = f"int4-g{group_size}" + ("-a8" if act_quant else "")
         self.weight_bytes = values.numel() // 2 + self.scales_and_zeros.numel() * self.scales_and_zeros.element_size() // 2
 
     def __call__(self, x):
         import torch
+        import torch.nn.functional as F
 
         x = fake_quant_activation(x, self.act_quant, self.input_scale)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        if self.device.type == "cpu":
+        if self.native is not None and x2.shape[0] < WIDEN_ROWS:
+            y = self.native.gemm_int4(x2, self.packed, self.scales_fp32, self.group_size)
+        elif self.native is not None:
+            y = F.linear(x2, self.native.unpack_int4(self.packed, self.scales_fp32, self.group_size))
+        elif self.device.type == "cpu":
             y = torch._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_and_zeros)
         else:
             y = torch._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_and_zeros)
@@ -220,7 +237,7 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str
         return DenseLinear(weight, dtype, native)
     if first.kind == "int4":
         scales = torch.cat([p.weight_scale for p in parts]).to(device)
-        return Int4Linear(weight, scales, first.group_size, dtype, first.act_quant, input_scale)
+        return Int4Linear(weight, scales, first.group_size, dtype, first.act_quant, input_scale, native)
     if first.kind == "int8":
         scales = torch.cat([p.weight_scale for p in parts]).to(device)
         return Int8Linear(weight, scales, dtype, first.act_quant, input_scale, native)

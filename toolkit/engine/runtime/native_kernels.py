@@ -48,9 +48,11 @@ class NativeKernels:
                                       c.c_int, c.c_float]
         library.gemm_bf16.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_int, c.c_void_p]
         library.gemm_bf16_available.restype = c.c_int
+        library.gemm_int4.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
+        library.unpack_int4.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_int, c.c_void_p]
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         for fn in (library.rms_norm, library.rope, library.decode_attention, library.gemm_int8,
-                   library.gemm_bf16):
+                   library.gemm_bf16, library.gemm_int4, library.unpack_int4):
             fn.restype = None
 
     @staticmethod
@@ -114,6 +116,42 @@ class NativeKernels:
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
         self._lib.gemm_bf16(x.data_ptr(), x.shape[0], k, weight.data_ptr(), n, y.data_ptr())
         return y
+
+
+    # --- int4 (bf16 activations; only where has_bf16_gemm) -------------------------------------------
+
+    @staticmethod
+    def int4_packable(in_features: int, group_size: int) -> bool:
+        return group_size % 64 == 0 and in_features % group_size == 0
+
+    @staticmethod
+    def pack_int4(values):
+        """int4 values [N, K] in [-8, 7] → bytes [N, K/2] in the kernel's layout (see decode_kernels.c)."""
+        import torch
+
+        n, k = values.shape
+        nibbles = (values.to(torch.int16) + 8).to(torch.uint8).reshape(n, k // 64, 2, 32)
+        return (nibbles[:, :, 0, :] | (nibbles[:, :, 1, :] << 4)).reshape(n, k // 2).contiguous()
+
+    def gemm_int4(self, x, packed, scales, group_size: int):
+        """x bf16 [M, K]; packed: pack_int4's bytes [N, K/2]; scales fp32 [N, K/group_size]."""
+        import torch
+
+        x = x.contiguous()
+        n, k = packed.shape[0], packed.shape[1] * 2
+        y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
+        self._lib.gemm_int4(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scales.data_ptr(), group_size, n,
+                            y.data_ptr())
+        return y
+
+    def unpack_int4(self, packed, scales, group_size: int):
+        """The bf16 weights [N, K] those bytes and scales stand for."""
+        import torch
+
+        n, k = packed.shape[0], packed.shape[1] * 2
+        out = torch.empty(n, k, dtype=torch.bfloat16)
+        self._lib.unpack_int4(packed.data_ptr(), scales.data_ptr(), group_size, n, k, out.data_ptr())
+        return out
 
 
 def load() -> NativeKernels | None:

@@ -301,6 +301,21 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
  * unpacking nibbles ran at a third of its speed, measured.)
  */
 #define TILE_M 8
+/* The per-tile loops below run over `rows` accumulators; inlined with `rows` a constant (this switch),
+ * the compiler keeps them in registers. With `rows` a runtime value they lived on the stack, and the
+ * int4 kernel ran at a third of torch's speed. */
+#define INLINE static inline __attribute__((always_inline))
+#define FOR_ROWS(rows, CALL) \
+    switch (rows) {          \
+    case 1: CALL(1); break;  \
+    case 2: CALL(2); break;  \
+    case 3: CALL(3); break;  \
+    case 4: CALL(4); break;  \
+    case 5: CALL(5); break;  \
+    case 6: CALL(6); break;  \
+    case 7: CALL(7); break;  \
+    default: CALL(8); break; \
+    }
 
 /* x rounded to float8_e4m3fn (round to nearest even, as torch's cast; |x| already <= 448). */
 static inline float round_e4m3(float v) {
@@ -334,7 +349,7 @@ static float *widen_activations(const void *x, int64_t M, int K, int kind, int a
     return xf;
 }
 
-static void int8_rows(const float *xf, int rows, int K, const int8_t *wrow, float *out) {
+INLINE void int8_rows(const float *xf, const int rows, int K, const int8_t *wrow, float *out) {
 #ifdef __AVX512F__
     if (rows == 1 && K % 64 == 0) {  /* four independent chains: one would wait on each FMA's latency */
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -397,7 +412,9 @@ void gemm_int8(const void *x, int64_t M, int K, const int8_t *w, const float *sc
         for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
             int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
             float out[TILE_M];
-            int8_rows(xf + m0 * K, rows, K, w + (int64_t)n * K, out);
+#define INT8_TILE(R) int8_rows(xf + m0 * K, R, K, w + (int64_t)n * K, out)
+            FOR_ROWS(rows, INT8_TILE)
+#undef INT8_TILE
             for (int m = 0; m < rows; m++) {
                 float v = out[m] * scale[n];
                 if (kind == F32) ((float *)y)[(m0 + m) * N + n] = v;
@@ -419,6 +436,24 @@ int gemm_bf16_available(void) {
 #endif
 }
 
+#if defined(__AVX512BF16__)
+INLINE void bf16_tile(const uint16_t *x, const int rows, int K, const uint16_t *wrow, uint16_t *y, int64_t N) {
+    __m512 acc[TILE_M];
+    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wrow + k));
+        for (int m = 0; m < rows; m++)
+            acc[m] = _mm512_dpbf16_ps(acc[m], wv, (__m512bh)_mm512_loadu_si512((const void *)(x + m * K + k)));
+    }
+    for (int m = 0; m < rows; m++) {
+        float s = _mm512_reduce_add_ps(acc[m]);
+        for (int kk = k; kk < K; kk++) s += bf16_to_f32(wrow[kk]) * bf16_to_f32(x[m * K + kk]);
+        y[m * N] = f32_to_bf16(s);
+    }
+}
+#endif
+
 void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, uint16_t *y) {
 #if defined(__AVX512BF16__)
     #pragma omp parallel for schedule(static)
@@ -426,24 +461,91 @@ void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, ui
         const uint16_t *wrow = w + (int64_t)n * K;
         for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
             int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
-            __m512 acc[TILE_M];
-            for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
-            int k = 0;
-            for (; k + 32 <= K; k += 32) {
-                __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wrow + k));
-                for (int m = 0; m < rows; m++) {
-                    __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + (m0 + m) * K + k));
-                    acc[m] = _mm512_dpbf16_ps(acc[m], wv, xv);
-                }
-            }
-            for (int m = 0; m < rows; m++) {
-                float s = _mm512_reduce_add_ps(acc[m]);
-                for (int kk = k; kk < K; kk++) s += bf16_to_f32(wrow[kk]) * bf16_to_f32(x[(m0 + m) * K + kk]);
-                y[(m0 + m) * N + n] = f32_to_bf16(s);
-            }
+#define BF16_TILE(R) bf16_tile(x + m0 * K, R, K, wrow, y + m0 * N + n, N)
+            FOR_ROWS(rows, BF16_TILE)
+#undef BF16_TILE
         }
     }
 #else
     (void)x; (void)M; (void)K; (void)w; (void)N; (void)y;
 #endif
+}
+
+/* int4: w [N, K/2] bytes; within each 64 consecutive k, byte i holds k0+i in its low nibble and k0+32+i in
+ * its high nibble, each stored as q + 8 for q in [-8, 7]; scales [N, K/group] fp32; group a multiple of 64.
+ * A nibble becomes the bf16 of q by one 32-entry table permute (vpermw), then AVX512-BF16 dot products
+ * with the bf16 activations: 64 weights cost a load, two masks, two permutes and two dot products per row,
+ * where widening each nibble to fp32 for an FMA (tried first) ran at a third of torch's kernel. */
+#if defined(__AVX512BF16__)
+static inline __m512i int4_table(void) {
+    /* bf16 of -8 .. 7 at indices 0 .. 15 (and again at 16 .. 31: indices only use 4 bits) */
+    static const uint16_t bf16_of[16] = {0xC100, 0xC0E0, 0xC0C0, 0xC0A0, 0xC080, 0xC040, 0xC000, 0xBF80,
+                                         0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0, 0x40E0};
+    uint16_t t[32];
+    for (int i = 0; i < 32; i++) t[i] = bf16_of[i & 15];
+    return _mm512_loadu_si512((const void *)t);
+}
+
+INLINE void int4_tile(const uint16_t *x, const int rows, int K, const uint8_t *wrow, const float *srow, int group,
+                      __m512i table, uint16_t *y, int64_t N) {
+    const __m512i low = _mm512_set1_epi16(15);
+    __m512 acc[TILE_M], part[TILE_M];
+    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+    for (int g0 = 0; g0 < K; g0 += group) {
+        for (int m = 0; m < rows; m++) part[m] = _mm512_setzero_ps();
+        for (int k = g0; k < g0 + group; k += 64) {
+            __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(wrow + k / 2)));
+            __m512bh w0 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(bytes, low), table);
+            __m512bh w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
+            for (int m = 0; m < rows; m++) {
+                const uint16_t *xm = x + m * K + k;
+                part[m] = _mm512_dpbf16_ps(part[m], w0, (__m512bh)_mm512_loadu_si512((const void *)xm));
+                part[m] = _mm512_dpbf16_ps(part[m], w1, (__m512bh)_mm512_loadu_si512((const void *)(xm + 32)));
+            }
+        }
+        __m512 s = _mm512_set1_ps(srow[g0 / group]);
+        for (int m = 0; m < rows; m++) acc[m] = _mm512_fmadd_ps(part[m], s, acc[m]);
+    }
+    for (int m = 0; m < rows; m++) y[m * N] = f32_to_bf16(_mm512_reduce_add_ps(acc[m]));
+}
+#endif
+
+void gemm_int4(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
+               uint16_t *y) {
+#if defined(__AVX512BF16__)
+    const __m512i table = int4_table();
+    int groups = K / group;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const uint8_t *wrow = w + (int64_t)n * (K / 2);
+        const float *srow = scales + (int64_t)n * groups;
+        for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
+            int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
+#define INT4_TILE(R) int4_tile(x + m0 * K, R, K, wrow, srow, group, table, y + m0 * N + n, N)
+            FOR_ROWS(rows, INT4_TILE)
+#undef INT4_TILE
+        }
+    }
+#else
+    (void)x; (void)M; (void)K; (void)w; (void)scales; (void)group; (void)N; (void)y;
+#endif
+}
+
+/* The same weights dequantized to bf16 [N, K] (q * scale, rounded once): prefill widens a
+ * layer's int4 weights per call and runs the dense bf16 GEMM, several times faster at prompt length. */
+void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K, uint16_t *out) {
+    int groups = K / group;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const uint8_t *wrow = w + (int64_t)n * (K / 2);
+        uint16_t *orow = out + (int64_t)n * K;
+        for (int k0 = 0; k0 < K; k0 += 64) {
+            float s = scales[(int64_t)n * groups + k0 / group];
+            for (int i = 0; i < 32; i++) {
+                uint8_t b = wrow[k0 / 2 + i];
+                orow[k0 + i] = f32_to_bf16((float)((b & 15) - 8) * s);
+                orow[k0 + 32 + i] = f32_to_bf16((float)((b >> 4) - 8) * s);
+            }
+        }
+    }
 }
