@@ -18,6 +18,7 @@
 #endif
 
 enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
+#define INLINE static inline __attribute__((always_inline))
 
 static float fp8_table[256];
 static int fp8_ready = 0;
@@ -194,81 +195,84 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* The same attention 16 lanes at a time (head_dim a multiple of 16, up to 256). */
+/* One query head against its kv head's paged context, 16 lanes at a time; `nv` = head_dim / 16 inlined as a
+ * constant so q and the accumulator stay in registers (one pass per query head: K/V are re-read from L1/L2
+ * per head of the group, cheaper than the stack spills of holding the whole group). */
+INLINE void attend_head(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table, int64_t ctx,
+                        int block_size, int kv_heads, int kvh, const int nv, float k_scale, float v_scale,
+                        int cache_kind, float *scores, float *out) {
+    const int head_dim = nv * 16;
+    __m512 qv[8], acc[8], row[8];
+    for (int j = 0; j < nv; j++) {
+        qv[j] = _mm512_loadu_ps(qf + 16 * j);
+        acc[j] = _mm512_setzero_ps();
+    }
+    /* Token t lies at row table[t / block_size] * block_size + t % block_size: stepping through the blocks
+     * avoids integer divisions per token (a third of this loop's time when it had them). */
+    int64_t row_stride = (int64_t)kv_heads * head_dim, base = 0;
+    float mx = -INFINITY;
+    for (int64_t t = 0, in_block = block_size, blk = 0; t < ctx; t++, in_block++, base += row_stride) {
+        if (in_block == block_size) {
+            base = (table[blk++] * block_size * kv_heads + kvh) * head_dim;
+            in_block = 0;
+        }
+        __m512 d = _mm512_mul_ps(qv[0], load16(k_cache, base, cache_kind, k_scale));
+        for (int j = 1; j < nv; j++) d = _mm512_fmadd_ps(qv[j], load16(k_cache, base + 16 * j, cache_kind, k_scale), d);
+        float sc = _mm512_reduce_add_ps(d);
+        scores[t] = sc;
+        mx = sc > mx ? sc : mx;
+    }
+    __m512 m16 = _mm512_set1_ps(mx), sum = _mm512_setzero_ps();
+    int64_t t = 0;
+    for (; t + 16 <= ctx; t += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(scores + t), m16));
+        _mm512_storeu_ps(scores + t, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (t < ctx) {
+        __mmask16 tail = (__mmask16)((1u << (ctx - t)) - 1u);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, scores + t), m16));
+        _mm512_mask_storeu_ps(scores + t, tail, e);
+        sum = _mm512_mask_add_ps(sum, tail, sum, e);
+    }
+    float inv = 1.0f / _mm512_reduce_add_ps(sum);
+    base = 0;
+    for (int64_t t2 = 0, in_block = block_size, blk = 0; t2 < ctx; t2++, in_block++, base += row_stride) {
+        if (in_block == block_size) {
+            base = (table[blk++] * block_size * kv_heads + kvh) * head_dim;
+            in_block = 0;
+        }
+        __m512 p = _mm512_set1_ps(scores[t2]);
+        for (int j = 0; j < nv; j++) acc[j] = _mm512_fmadd_ps(p, load16(v_cache, base + 16 * j, cache_kind, v_scale), acc[j]);
+    }
+    (void)row;
+    for (int j = 0; j < nv; j++) _mm512_storeu_ps(out + 16 * j, _mm512_mul_ps(acc[j], _mm512_set1_ps(inv)));
+}
+
+/* head_dim 64 or 128 (Llama's); work split over (sequence, query head) */
 static void decode_attention_avx512(const void *q, const void *k_cache, const void *v_cache,
                                     const int64_t *block_tables, const int64_t *context_lens, void *out, int batch,
                                     int heads, int kv_heads, int head_dim, int max_blocks, int block_size,
                                     float k_scale, float v_scale, int act_kind, int cache_kind) {
-    int group = heads / kv_heads, nv = head_dim / 16;
+    int group = heads / kv_heads;
     float softmax_scale = 1.0f / sqrtf((float)head_dim);
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < batch; b++) {
-        for (int kvh = 0; kvh < kv_heads; kvh++) {
+        for (int h = 0; h < heads; h++) {
             int64_t ctx = context_lens[b];
+            float qf[128], o[128];
+            float *scores = (float *)malloc(sizeof(float) * (size_t)(ctx + 16));
+            int64_t at = ((int64_t)b * heads + h) * head_dim;
+            load_row(qf, q, at, head_dim, act_kind, 1.0f);
+            for (int i = 0; i < head_dim; i++) qf[i] *= softmax_scale;
             const int64_t *table = block_tables + (int64_t)b * max_blocks;
-            __m512 qv[group][nv], acc[group][nv], row[16];
-            float m[group], l[group], tmp[head_dim];
-            float *scores = (float *)malloc(sizeof(float) * (size_t)(ctx * group + 16));
-            for (int g = 0; g < group; g++) {
-                load_row(tmp, q, ((int64_t)b * heads + kvh * group + g) * head_dim, head_dim, act_kind, 1.0f);
-                for (int j = 0; j < nv; j++) {
-                    qv[g][j] = _mm512_mul_ps(_mm512_loadu_ps(tmp + 16 * j), _mm512_set1_ps(softmax_scale));
-                    acc[g][j] = _mm512_setzero_ps();
-                }
-                m[g] = -INFINITY;
-                l[g] = 0.0f;
-            }
-            /* Token t lies at row table[t / block_size] * block_size + t % block_size; stepping through the
-             * blocks avoids integer divisions per token (a third of this loop's time when it had them). */
-            int64_t row_stride = (int64_t)kv_heads * head_dim, base = 0;
-            for (int64_t t = 0, in_block = block_size, blk = 0; t < ctx; t++, in_block++, base += row_stride) {
-                if (in_block == block_size) {
-                    base = (table[blk++] * block_size * kv_heads + kvh) * head_dim;
-                    in_block = 0;
-                }
-                for (int j = 0; j < nv; j++) row[j] = load16(k_cache, base + 16 * j, cache_kind, k_scale);
-                for (int g = 0; g < group; g++) {
-                    __m512 d = _mm512_mul_ps(qv[g][0], row[0]);
-                    for (int j = 1; j < nv; j++) d = _mm512_fmadd_ps(qv[g][j], row[j], d);
-                    float sc = _mm512_reduce_add_ps(d);
-                    scores[g * ctx + t] = sc;
-                    if (sc > m[g]) m[g] = sc;
-                }
-            }
-            for (int g = 0; g < group; g++) {
-                float *sg = scores + g * ctx;
-                __m512 mx = _mm512_set1_ps(m[g]), sum = _mm512_setzero_ps();
-                int64_t t = 0;
-                for (; t + 16 <= ctx; t += 16) {
-                    __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sg + t), mx));
-                    _mm512_storeu_ps(sg + t, e);
-                    sum = _mm512_add_ps(sum, e);
-                }
-                if (t < ctx) {
-                    __mmask16 tail = (__mmask16)((1u << (ctx - t)) - 1u);
-                    __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, sg + t), mx));
-                    _mm512_mask_storeu_ps(sg + t, tail, e);
-                    sum = _mm512_mask_add_ps(sum, tail, sum, e);
-                }
-                l[g] = _mm512_reduce_add_ps(sum);
-            }
-            base = 0;
-            for (int64_t t = 0, in_block = block_size, blk = 0; t < ctx; t++, in_block++, base += row_stride) {
-                if (in_block == block_size) {
-                    base = (table[blk++] * block_size * kv_heads + kvh) * head_dim;
-                    in_block = 0;
-                }
-                for (int j = 0; j < nv; j++) row[j] = load16(v_cache, base + 16 * j, cache_kind, v_scale);
-                for (int g = 0; g < group; g++) {
-                    __m512 p = _mm512_set1_ps(scores[g * ctx + t]);
-                    for (int j = 0; j < nv; j++) acc[g][j] = _mm512_fmadd_ps(p, row[j], acc[g][j]);
-                }
-            }
-            for (int g = 0; g < group; g++) {
-                __m512 inv = _mm512_set1_ps(1.0f / l[g]);
-                for (int j = 0; j < nv; j++) _mm512_storeu_ps(tmp + 16 * j, _mm512_mul_ps(acc[g][j], inv));
-                store_row(out, ((int64_t)b * heads + kvh * group + g) * head_dim, tmp, head_dim, act_kind);
-            }
+            if (head_dim == 64)
+                attend_head(qf, k_cache, v_cache, table, ctx, block_size, kv_heads, h / group, 4, k_scale, v_scale,
+                            cache_kind, scores, o);
+            else
+                attend_head(qf, k_cache, v_cache, table, ctx, block_size, kv_heads, h / group, 8, k_scale, v_scale,
+                            cache_kind, scores, o);
+            store_row(out, at, o, head_dim, act_kind);
             free(scores);
         }
     }
@@ -280,7 +284,7 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
                       int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
     init_fp8();
 #ifdef __AVX512F__
-    if (head_dim % 16 == 0 && head_dim <= 256) {
+    if (head_dim == 64 || head_dim == 128) {
         decode_attention_avx512(q, k_cache, v_cache, block_tables, context_lens, out, batch, heads, kv_heads,
                                 head_dim, max_blocks, block_size, k_scale, v_scale, act_kind, cache_kind);
         return;
@@ -304,7 +308,6 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
 /* The per-tile loops below run over `rows` accumulators; inlined with `rows` a constant (this switch),
  * the compiler keeps them in registers. With `rows` a runtime value they lived on the stack, and the
  * int4 kernel ran at a third of torch's speed. */
-#define INLINE static inline __attribute__((always_inline))
 #define FOR_ROWS(rows, CALL) \
     switch (rows) {          \
     case 1: CALL(1); break;  \
