@@ -14,13 +14,19 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   best of --repeats runs (this VM's speed drifts between runs). tok/s = B / that step. llama.cpp the same.
 - floor: (weight bytes + KV bytes read) / bandwidth, the bandwidth probed in this run as a decode
   step reads memory (toolkit.plan.cpu_probe: the fastest batch-1 GEMV streaming 128 MiB).
-- roofline: the planner's `cpu_decode_step_seconds` on the same probe, with the fixed per-step cost
-  measured here (the tiny preset's decode step: all of a step's dispatch and none of its bytes).
+- step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
+  stubbed out (dispatch, norms, RoPE, activation rounding, KV writes): the step's fixed cost.
+- roofline: the planner's `cpu_decode_step_seconds` on the same probe (each format's weights at its
+  kernel's probed read rate, few-row GEMMs at their probed rate, attention at the attention kernel's
+  probed rate), plus that measured fixed cost; "planner" is the same with the planner's
+  own default step cost (toolkit plan without this benchmark), its error against the measured ITL.
+- TTFT's planner figure: the prefill floor (compute at the faster of the format's and bf16's rate).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -96,13 +102,48 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
             assert torch.isfinite(logits).all()
             medians.append(statistics.median(times[2:]))
         result["itl_ms"][batch] = min(medians) * 1e3
+    result["step_cost_ms"] = _step_cost_without_gemms(runner, isl, osl, repeats) * 1e3
     del runner
     return result
 
 
-def fixed_step_cost_s(tiny_checkpoint: Path, native: bool, threads: int | None) -> float:
-    r = bench_format(tiny_checkpoint, [1], 16, 32, native, threads)
-    return r["itl_ms"][1] / 1e3
+class _NoGemm:
+    """A linear that returns zeros of its output shape: the step keeps all its other work."""
+
+    def __init__(self, out_features: int):
+        self.out_features = out_features
+
+    def __call__(self, x):
+        return x.new_zeros(*x.shape[:-1], self.out_features)
+
+
+def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int) -> float:
+    """The batch-1 decode step of this very model and format with every GEMM and the decode attention
+    stubbed out: its dispatch, norms, RoPE, activation rounding, KV writes, i.e. what the roofline adds
+    to the GEMMs' and attention's own times as its fixed per-step cost."""
+    def out_features(linear) -> int:
+        inner = getattr(linear, "linear", linear)
+        return getattr(inner, "out_features", None) or inner.weight.shape[0]
+
+    for layer in runner.layers:
+        layer.qkv = [_NoGemm(out_features(m)) for m in layer.qkv]
+        layer.gate_up = [_NoGemm(out_features(m)) for m in layer.gate_up]
+        layer.o, layer.down = _NoGemm(out_features(layer.o)), _NoGemm(out_features(layer.down))
+    runner.lm_head = _NoGemm(runner.spec.vocab_size)
+    if runner.native is not None:  # attention too: the planner charges it at the probed attention rate
+        runner.native = copy.copy(runner.native)
+        runner.native.decode_attention = lambda q, *args: q.new_zeros(q.shape)
+    prefill, decode, _ = _steps(1, isl)
+    medians = []
+    for _ in range(repeats):
+        runner.forward(prefill(0))
+        times = []
+        for pos in range(isl, isl + osl):
+            t = time.perf_counter()
+            runner.forward(decode(pos))
+            times.append(time.perf_counter() - t)
+        medians.append(statistics.median(times[2:]))
+    return min(medians)
 
 
 # --- peers ----------------------------------------------------------------------------------------
@@ -201,11 +242,7 @@ def main() -> None:
     probe = measure_cpu(rounds=2)
     bandwidth = probe["bandwidth_bytes_s"]
     print(f"bandwidth as a decode step reads it: {bandwidth / 1e9:.1f} GB/s ({probe['bandwidth_kernel']} GEMV)")
-    tiny = build / "models" / "tiny"
-    step_cost = (args.step_cost_ms / 1e3 if args.step_cost_ms is not None
-                 else fixed_step_cost_s(tiny, native, threads) if tiny.is_dir() else None)
-    if step_cost is not None:
-        print(f"fixed per-step cost (tiny preset decode step): {step_cost * 1e3:.2f} ms")
+    given_step_cost = args.step_cost_ms / 1e3 if args.step_cost_ms is not None else None
     spec = load_model_spec(build / "models" / args.model)
     rows = {}
     for qformat in args.formats.split(","):
@@ -217,16 +254,21 @@ def main() -> None:
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats)
         context = args.isl + args.osl / 2
         r["floor_ms"] = (r["weight_bytes"] + context * r["kv_bytes_per_token"]) / bandwidth * 1e3
+        # The planner's prediction with this format's step cost beyond the GEMMs as measured here.
+        step_cost = r["step_cost_ms"] / 1e3 if given_step_cost is None else given_step_cost
         r["roofline_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe,
                                                         step_overhead_s=step_cost) * 1e3 for b in batches}
-        r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=step_cost) * 1e3
+        # ... and with its default (per-layer) step cost, as `toolkit plan` predicts without this benchmark
+        r["planner_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe) * 1e3 for b in batches}
+        r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=0) * 1e3
         rows[qformat] = r
         itl = r["itl_ms"]
         print(f"{qformat:9s} {r['weight_format']:13s} load {r['load_s']:.1f}s warm-up {r['warm_up_s']:.1f}s  "
               f"TTFT {r['ttft_ms']:.1f} ms (planner {r['prefill_floor_ms']:.1f})  "
               + "  ".join(f"B{b} {itl[b]:.2f}ms/{b / itl[b] * 1e3:.0f}tok/s (roof x{itl[b] / r['roofline_ms'][b]:.2f})"
                           for b in batches)
-              + f"  floor {r['floor_ms']:.2f} ms: x{itl[batches[0]] / r['floor_ms']:.2f}", flush=True)
+              + f"  floor {r['floor_ms']:.2f} ms: x{itl[batches[0]] / r['floor_ms']:.2f}"
+              + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms", flush=True)
     peers = {}
     if not args.no_peers and (PEERS / "venv/bin/python").is_file():
         for kind in ("f16", "bf16", "q8_0", "q4_0"):
@@ -239,23 +281,27 @@ def main() -> None:
     print()
     print(markdown_table(rows, peers, batches))
     if args.json:
-        args.json.write_text(json.dumps({"probe": probe, "step_cost_s": step_cost, "rows": rows, "peers": peers},
+        args.json.write_text(json.dumps({"probe": probe, "rows": rows, "peers": peers},
                                         indent=2, default=str))
 
 
 def markdown_table(rows: dict, peers: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
-            + f" | tok/s B={batches[-1]} | B=1 / floor | " + " | ".join(f"B={b} / roofline" for b in batches)
-            + " | llama.cpp ITL ms (B=1 ratio) |")
+            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 / floor | "
+            + " | ".join(f"B={b} / roofline" for b in batches)
+            + " | planner B=1 ms (error) | llama.cpp ITL ms (B=1 ratio) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for q, r in rows.items():
         itl, roof = r["itl_ms"], r["roofline_ms"]
+        planner = r["planner_ms"][batches[0]]
         peer = [f"{k} {peers[k]['itl_ms']:.2f} (x{itl[batches[0]] / peers[k]['itl_ms']:.2f})"
                 for k in PEER_FOR[q] if k in peers]
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
                      + " | ".join(f"{itl[b]:.2f}" for b in batches)
-                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {itl[batches[0]] / r['floor_ms']:.2f} | "
-                     + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches) + f" | {'; '.join(peer) or '-'} |")
+                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f}"
+                     + f" | {itl[batches[0]] / r['floor_ms']:.2f} | "
+                     + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
+                     + f" | {planner:.2f} ({(planner / itl[batches[0]] - 1) * 100:+.0f} %) | {'; '.join(peer) or '-'} |")
     return "\n".join(lines)
 
 

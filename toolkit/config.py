@@ -13,7 +13,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolkit.errors import ToolkitError
-from toolkit.plan.cpu_probe import DEFAULT_STEP_OVERHEAD_S
 from toolkit.quantize.formats import KV_CACHE_DTYPES, QFORMAT_NAMES
 from toolkit.targets import TARGETS, target_of
 
@@ -232,7 +231,8 @@ class PlanSection(_Section):
     runtime_overhead_gb: float = Field(2.0, ge=0)  # GPU: CUDA context and workspaces, beside weights/activations/KV
     # CPU engine: fixed cost of one decode step beyond memory and compute time (measure it with
     # perf/engine_bench.py; the default is an assumption, see toolkit/plan/cpu_probe.py).
-    cpu_step_overhead_ms: float = Field(DEFAULT_STEP_OVERHEAD_S * 1e3, ge=0)
+    # None: the engine's measured cost per step and per layer (plan/cpu_probe.py: default_step_overhead_s)
+    cpu_step_overhead_ms: float | None = Field(None, ge=0)
 
 
 class ArtifactSource(_Section):

@@ -7,7 +7,9 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   and each kernel's own read rate is what the roofline charges that format's weights. Neither alone is safe: elsewhere a sum
   understated the roof (llama.cpp read faster), here torch's stock GEMVs stop at ~60 % of a sum.
 - Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
-  best of two batches is that kernel's roof.
+  best of two batches is that kernel's roof (prefill). Decode's: the streaming matrix at 8 and 16
+  rows, the rate the few-row kernels keep while they also stream the weights.
+- Attention: the engine's fused decode-attention kernel, query heads x context tokens per second.
 - Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
   (max − min) / max is recorded beside it. Everything on the torch thread count in use.
 
@@ -27,12 +29,19 @@ from toolkit.plan.hardware import HardwareSpec
 from toolkit.quantize.formats import DTYPES
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 4  # bump when the probe measures differently: older caches are measured again
+VERSION = 6  # bump when the probe measures differently: older caches are measured again
 KERNELS = ("fp32", "bf16", "int8", "int4")
 INT4_GROUP = 128
-# Until perf/engine_bench.py measures the engine's own fixed cost per decode step (dispatch,
-# sampling, scheduling) and passes it, the planner assumes this much (config: plan.cpu_step_overhead_ms).
-DEFAULT_STEP_OVERHEAD_S = 0.5e-3
+# The CPU engine's cost per decode step beyond its GEMMs (dispatch, norms, RoPE, attention at a few hundred
+# tokens of context), measured by perf/engine_bench.py with the GEMMs stubbed out (2026-11-23, 2 threads):
+# small (16 layers) 1.7 ms, tiny (2 layers) 0.3-0.5 ms at batch 1: about this constant plus this per layer.
+# The planner uses it unless told (config plan.cpu_step_overhead_ms, `toolkit plan --step-overhead-ms`).
+DEFAULT_STEP_OVERHEAD_S = 0.2e-3
+DEFAULT_LAYER_OVERHEAD_S = 0.09e-3
+
+
+def default_step_overhead_s(num_layers: int) -> float:
+    return DEFAULT_STEP_OVERHEAD_S + DEFAULT_LAYER_OVERHEAD_S * num_layers
 
 
 def _best_seconds(fn, repeats: int) -> float:
@@ -78,18 +87,40 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
 
     figures = {}
     # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1.
+    # The same stream at 8 and 16 rows: a decode step's batch, where the engine's few-row kernels turn
+    # compute-bound while streaming (their rate in cache is higher, and not what a decode step gets).
     for name in KERNELS:
         out_features = int(stream_mib * 2**20 / (4096 * DTYPES[name].bytes)) // 128 * 128
         nbytes, dtype, fn = _kernel(name, out_features, 4096)
         x = torch.randn(1, 4096, dtype=dtype)
         figures[f"gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
+        rates = []
+        for rows in (8, 16):
+            x = torch.randn(rows, 4096, dtype=dtype)
+            rates.append(2 * rows * out_features * 4096 / _best_seconds(lambda: fn(x), repeats))
+        figures[f"decode_flops_{name}"] = max(rates)
         del fn
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
     stream = torch.rand(2**18).repeat(max(1, int(stream_mib * 2**20 // 4) // 2**18))
     figures["read_bytes_s_sum"] = stream.numel() * 4 / _best_seconds(stream.sum, repeats)
     del stream
-    # Compute: a 2048 × 2048 weight stays in L2/L3; batches 64 and 256 rows.
+    # Decode attention (the engine's fused kernel): query heads × context tokens per second, 8 sequences of
+    # 256 tokens, Llama-like heads (12 query over 4 kv heads of 64) in a paged bf16 cache.
+    from toolkit.engine.runtime import native_kernels
+
+    native = native_kernels.load()
+    if native is not None:
+        heads, kv_heads, head_dim, block, seqs, ctx = 12, 4, 64, 32, 8, 256
+        blocks = seqs * ctx // block
+        k = torch.randn(blocks * block, kv_heads, head_dim, dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        tables = torch.arange(blocks).reshape(seqs, -1)
+        lens = torch.full((seqs,), ctx)
+        q = torch.randn(seqs, heads, head_dim, dtype=torch.bfloat16)
+        seconds = _best_seconds(lambda: native.decode_attention(q, k, v, tables, lens, block, 1.0, 1.0), repeats * 4)
+        figures["attention_head_tokens_s"] = seqs * ctx * heads / seconds
+    # Compute: a 2048 × 2048 weight stays in L2/L3; prefill-like batches (64, 256 rows).
     for name in KERNELS:
         _, dtype, fn = _kernel(name, 2048, 2048)
         rates = []
@@ -113,6 +144,8 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.split("_bytes_s_")[1],
         "read_bytes_s_sum": best["read_bytes_s_sum"],
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
+        "decode_flops": {name: best[f"decode_flops_{name}"] for name in KERNELS},
+        "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),

@@ -66,6 +66,12 @@ class HardwareSpec:
     def peak_flops(self, weights: str) -> float:
         return self.peak_tflops[self.compute_type(weights)] * 1e12
 
+    def decode_peak_flops(self, weights: str) -> float:
+        """The rate of a decode step's matmuls (a few rows each): on the CPU the probed rate of the engine's
+        few-row kernels, below what its prefill kernels reach; elsewhere the device's peak."""
+        rate = (self.probe.get("decode_flops") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
+        return rate or self.peak_flops(weights)
+
     def weight_read_bytes(self, weights: str) -> float:
         """How fast a decode step reads this format's weights: on the CPU, the probed streaming rate of the
         engine's own kernel for it (a kernel may read below the memory roof); elsewhere the bandwidth."""

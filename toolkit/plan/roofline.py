@@ -23,7 +23,8 @@ For the engine benchmark (perf/engine_bench.py):
 `spec` is a ModelSpec (toolkit.model.spec.load_model_spec(checkpoint_dir)); `qformat` a name from
 toolkit/quantize/formats.py (`none` runs bf16). `probe` is a cpu_probe dict (e.g. measure_cpu() taken
 in the benchmark's own run) or a HardwareSpec; None reads the cached probe. `step_overhead_s`
-overrides the fixed per-step cost (default DEFAULT_STEP_OVERHEAD_S, an assumption until measured).
+overrides the per-step cost beyond the GEMMs (default: cpu_probe.default_step_overhead_s for the
+model's layer count, measured with the GEMMs stubbed out).
 """
 
 from __future__ import annotations
@@ -66,21 +67,31 @@ class DecodeStep:
     overhead_s: float
     seconds: float
     bound: str  # memory | compute
+    attention_s: float = 0.0  # CPU: the attention kernel's own time (probed rate), beside its KV read
 
 
 def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, context_tokens: float) -> DecodeStep:
     stages = d.tp * d.pp
     kv_read = batch * context_tokens * kv_bytes_per_token_per_gpu(spec, d)
-    memory_s = (weight_bytes(spec, d.weights) / stages / hw.weight_read_bytes(d.weights)
-                + kv_read / hw.bandwidth_bytes) * d.pp
-    compute_s = 2 * spec.total_params * batch / stages / hw.peak_flops(d.weights) * d.pp
+    weights_s = weight_bytes(spec, d.weights) / stages / hw.weight_read_bytes(d.weights) * d.pp
+    kv_s = kv_read / hw.bandwidth_bytes * d.pp
+    memory_s = weights_s + kv_s
+    compute_s = 2 * spec.total_params * batch / stages / hw.decode_peak_flops(d.weights) * d.pp
     message = batch * spec.hidden_size * 2  # bf16 activations
     link = hw.interconnect_gbs * 1e9 if hw.interconnect_gbs else hw.bandwidth_bytes
     per_layer = 2 * allreduce_seconds(message, d.tp, link, d.allreduce_latency_us * 1e-6)  # attention + MLP
     allreduce_s = per_layer * spec.num_layers / d.pp
-    seconds = max(memory_s, compute_s) + allreduce_s + hw.step_overhead_s
+    attention_rate = hw.probe.get("attention_head_tokens_s") if hw.kind == "cpu" else None
+    if attention_rate:
+        # The CPU engine runs attention as its own kernel after the GEMMs, bound by its arithmetic (probed
+        # rate) or by reading the KV, whichever is slower; it does not overlap the weights' stream.
+        attention_s = batch * context_tokens * spec.num_heads * spec.num_layers / stages / attention_rate * d.pp
+        seconds = max(weights_s, compute_s) + max(kv_s, attention_s) + allreduce_s + hw.step_overhead_s
+    else:
+        attention_s = 0.0
+        seconds = max(memory_s, compute_s) + allreduce_s + hw.step_overhead_s
     return DecodeStep(batch, memory_s, compute_s, allreduce_s, hw.step_overhead_s, seconds,
-                      "compute" if compute_s > memory_s else "memory")
+                      "compute" if compute_s > memory_s else "memory", attention_s)
 
 
 def crossover_batch(spec: ModelSpec, hw: HardwareSpec, d: Deployment, context_tokens: float) -> float | None:
@@ -163,7 +174,7 @@ def plan_roofline(spec: ModelSpec, hw: HardwareSpec, d: Deployment, mem: MemoryP
         if bound == "capacity":
             break
     return Roofline(
-        crossover=crossover, peak_flops=hw.peak_flops(d.weights), prefill_peak_flops=prefill_flops_rate(hw, d.weights),
+        crossover=crossover, peak_flops=hw.decode_peak_flops(d.weights), prefill_peak_flops=prefill_flops_rate(hw, d.weights),
         crossover_batch=crossover_batch(spec, hw, d, context),
         prefill_intensity=prefill_ai, decode_intensity=decode_ai,
         prefill_bound="compute" if prefill_ai >= crossover else "memory",
@@ -190,10 +201,14 @@ def format_comparison(spec: ModelSpec, hw: HardwareSpec, d: Deployment) -> list[
 
 # --- the CPU engine's roofline, for the engine benchmark -------------------------------------------
 
-def _cpu_hardware(probe: HardwareSpec | dict | None, step_overhead_s: float | None) -> HardwareSpec:
-    from toolkit.plan.cpu_probe import cpu_spec, spec_from_probe
+def _cpu_hardware(probe: HardwareSpec | dict | None, step_overhead_s: float | None,
+                  spec: ModelSpec | None = None) -> HardwareSpec:
+    """The probed CPU with a step cost: the one given, else the engine's per-layer default for `spec`."""
+    from toolkit.plan.cpu_probe import cpu_spec, default_step_overhead_s, spec_from_probe
 
     hw = probe if isinstance(probe, HardwareSpec) else spec_from_probe(probe) if probe else cpu_spec()
+    if step_overhead_s is None and spec is not None:
+        step_overhead_s = default_step_overhead_s(spec.num_layers)
     return hw if step_overhead_s is None else replace(hw, step_overhead_s=step_overhead_s)
 
 
@@ -204,7 +219,7 @@ def _cpu_weights(qformat: str) -> str:
 def cpu_decode_step(spec: ModelSpec, qformat: str, batch: int, context_len: float,
                     probe: HardwareSpec | dict | None = None, kv_dtype: str = "bf16",
                     step_overhead_s: float | None = None) -> DecodeStep:
-    hw = _cpu_hardware(probe, step_overhead_s)
+    hw = _cpu_hardware(probe, step_overhead_s, spec)
     return decode_step(spec, hw, Deployment(weights=_cpu_weights(qformat), kv_dtype=kv_dtype), batch, context_len)
 
 
@@ -222,7 +237,7 @@ def cpu_crossover_batch(spec: ModelSpec, qformat: str, context_len: float, probe
 
 def cpu_prefill_seconds(spec: ModelSpec, qformat: str, tokens: int, probe: HardwareSpec | dict | None = None,
                         step_overhead_s: float | None = None) -> float:
-    hw = _cpu_hardware(probe, step_overhead_s)
+    hw = _cpu_hardware(probe, step_overhead_s, spec)
     return prefill_seconds(spec, hw, Deployment(weights=_cpu_weights(qformat)), tokens)
 
 

@@ -93,8 +93,11 @@ def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | Non
             flags["kv_dtype"] = flags.get("kv_dtype") or kv
     hw = hardware_spec(device, reprobe=reprobe)
     if hw.kind == "cpu":
+        from toolkit.plan.cpu_probe import default_step_overhead_s
+
         overhead = config.plan.cpu_step_overhead_ms if step_overhead_ms is None else step_overhead_ms
-        hw = replace(hw, step_overhead_s=overhead / 1e3)
+        hw = replace(hw, step_overhead_s=default_step_overhead_s(spec.num_layers) if overhead is None
+                     else overhead / 1e3)
     return make_plan(spec, hw, deployment_for_config(config, spec, device, **flags))
 
 
