@@ -230,3 +230,24 @@ def test_int8_gemm_rounds_activations_as_modelopt_calibrated(kernels, act_quant)
     expected = rounded.float() @ (q.float() * scale[:, None]).t()
     got = kernels.gemm_int8(x, q, scale, act_quant, float(input_scale)).float()
     assert (got - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_residual_add_into_rms_norm_and_swiglu_round_as_the_torch_ops(kernels, dtype):
+    import torch
+    import torch.nn.functional as F
+
+    dt = _dtype(dtype)
+    gen = torch.Generator().manual_seed(3)
+    h, delta, w = (torch.randn(4, 768, generator=gen).to(dt) for _ in range(3))
+    w = w[0]
+    expected_h = h + delta
+    xf = expected_h.float()
+    expected = w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dt)
+    normed = kernels.add_rms_norm_(h, delta, w, 1e-5)
+    assert torch.equal(h, expected_h)  # the residual, updated in place, rounded as `h + delta`
+    tolerance = 1e-5 if dtype == "fp32" else 1e-2
+    assert (normed.float() - expected.float()).abs().max().item() < tolerance
+    gate_up = torch.randn(4, 2 * 512, generator=gen).to(dt)
+    gate, up = gate_up.chunk(2, dim=-1)
+    assert (kernels.silu_mul(gate_up).float() - (F.silu(gate) * up).float()).abs().max().item() < tolerance

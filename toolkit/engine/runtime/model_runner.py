@@ -172,8 +172,6 @@ class ModelRunner:
     def _rms_norm(self, x, weight):
         import torch
 
-        if self.native is not None:
-            return self.native.rms_norm(x, weight, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * xf.to(x.dtype)
@@ -274,11 +272,41 @@ class ModelRunner:
         positions = step.positions.to(self.device)
         slots = step.slot_mapping.to(self.device)
         plan = self._attention_plan(step)
+        if self.native is not None:
+            x = self._fused_layers(token_ids, positions, slots, lambda i, q: self._attend(i, q, plan))
+            return self.lm_head(x[step.logits_indices.to(self.device)]).float()
         h = self._layers(token_ids, positions, slots, lambda i, q: self._attend(i, q, plan))
         return self._logits(h[step.logits_indices.to(self.device)])
 
+    def _fused_layers(self, token_ids, positions, slots, attend):
+        """`_layers` on the fused C kernels: each residual add folded into the RMSNorm after it, RoPE in
+        place on the qkv output, SwiGLU's middle in one call. Returns the final-normed hidden states."""
+        import torch
+
+        spec, native, eps = self.spec, self.native, self.eps
+        positions = positions.to(torch.int64).contiguous()
+        h = self.embed[token_ids].contiguous()
+        x = native.rms_norm(h, self.layers[0].input_norm, eps)
+        for i, layer in enumerate(self.layers):
+            qkv = torch.cat([lin(x) for lin in layer.qkv], dim=-1) if len(layer.qkv) > 1 else layer.qkv[0](x)
+            native.rope_(qkv, spec.num_heads, spec.head_dim, positions, self.cos, self.sin)
+            native.rope_(qkv[:, layer.splits[0]:], spec.num_kv_heads, spec.head_dim, positions, self.cos, self.sin)
+            q, k, v = qkv.split(layer.splits, dim=-1)
+            self.cache.write(i, slots, k.reshape(-1, spec.num_kv_heads, spec.head_dim),
+                             v.reshape(-1, spec.num_kv_heads, spec.head_dim))
+            attn = attend(i, q.reshape(-1, spec.num_heads, spec.head_dim))
+            x = native.add_rms_norm_(h, layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth),
+                                     layer.post_norm, eps)
+            gu = torch.cat([lin(x) for lin in layer.gate_up], dim=-1) if len(layer.gate_up) > 1 else layer.gate_up[0](x)
+            mlp_in = native.silu_mul(gu)
+            after = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.final_norm
+            x = native.add_rms_norm_(h, layer.down(mlp_in if layer.down_smooth is None else mlp_in * layer.down_smooth),
+                                     after, eps)
+        return x
+
     def _layers(self, token_ids, positions, slots, attend):
-        """Embedding and every decoder layer; `attend(layer, q)` reads the cache after this step's writes."""
+        """Embedding and every decoder layer in torch ops (the path without the fused kernels, and their
+        reference in the tests); `attend(layer, q)` reads the cache after this step's writes."""
         import torch
         import torch.nn.functional as F
 
@@ -288,18 +316,9 @@ class ModelRunner:
         for i, layer in enumerate(self.layers):
             x = self._rms_norm(h, layer.input_norm)
             qkv = torch.cat([lin(x) for lin in layer.qkv], dim=-1) if len(layer.qkv) > 1 else layer.qkv[0](x)
-            if self.native is not None:
-                # RoPE in place on the q and k columns of the fused output, where they lie.
-                q_cols, k_cols = layer.splits[0], layer.splits[1]
-                positions = positions.to(torch.int64).contiguous()
-                self.native.rope_(qkv, spec.num_heads, spec.head_dim, positions, self.cos, self.sin)
-                self.native.rope_(qkv[:, q_cols:], spec.num_kv_heads, spec.head_dim, positions, self.cos, self.sin)
-                q, k, v = qkv.split(layer.splits, dim=-1)
-                q, k = q.reshape(-1, spec.num_heads, spec.head_dim), k.reshape(-1, spec.num_kv_heads, spec.head_dim)
-            else:
-                q, k, v = qkv.split(layer.splits, dim=-1)
-                q = self._rope(q.reshape(-1, spec.num_heads, spec.head_dim), cos, sin)
-                k = self._rope(k.reshape(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
+            q, k, v = qkv.split(layer.splits, dim=-1)
+            q = self._rope(q.reshape(-1, spec.num_heads, spec.head_dim), cos, sin)
+            k = self._rope(k.reshape(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
             self.cache.write(i, slots, k, v.reshape(-1, spec.num_kv_heads, spec.head_dim))
             attn = attend(i, q)
             h = h + layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth)

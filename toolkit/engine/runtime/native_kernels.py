@@ -40,6 +40,9 @@ class NativeKernels:
         c = ctypes
         self._lib = library
         library.rms_norm.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_float, c.c_int]
+        library.add_rms_norm.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_float,
+                                         c.c_int]
+        library.silu_mul.argtypes = [c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int]
         library.rope.argtypes = [c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int]
         library.decode_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                              c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float,
@@ -51,7 +54,7 @@ class NativeKernels:
         library.gemm_int4.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
         library.unpack_int4.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_int, c.c_void_p]
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
-        for fn in (library.rms_norm, library.rope, library.decode_attention, library.gemm_int8,
+        for fn in (library.rms_norm, library.add_rms_norm, library.silu_mul, library.rope, library.decode_attention, library.gemm_int8,
                    library.gemm_bf16, library.gemm_int4, library.unpack_int4):
             fn.restype = None
 
@@ -68,6 +71,28 @@ class NativeKernels:
         hidden = x.shape[-1]
         self._lib.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.numel() // hidden, hidden, eps,
                            ACTIVATION_KINDS[str(x.dtype)])
+        return out
+
+    def add_rms_norm_(self, h, delta, weight, eps: float):
+        """h += delta in place (h contiguous), then the RMSNorm of the new h."""
+        import torch
+
+        delta = delta.contiguous()
+        out = torch.empty_like(h)
+        hidden = h.shape[-1]
+        self._lib.add_rms_norm(h.data_ptr(), delta.data_ptr(), weight.data_ptr(), out.data_ptr(), h.numel() // hidden,
+                               hidden, eps, ACTIVATION_KINDS[str(h.dtype)])
+        return out
+
+    def silu_mul(self, gate_up):
+        """gate_up [..., 2 * inter] → silu(gate) * up [..., inter]."""
+        import torch
+
+        gate_up = gate_up.contiguous()
+        inter = gate_up.shape[-1] // 2
+        out = torch.empty(*gate_up.shape[:-1], inter, dtype=gate_up.dtype)
+        self._lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * inter), inter,
+                           ACTIVATION_KINDS[str(gate_up.dtype)])
         return out
 
     def rope_(self, x, heads: int, head_dim: int, positions, cos, sin) -> None:

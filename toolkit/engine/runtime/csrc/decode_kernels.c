@@ -85,6 +85,34 @@ void rms_norm(const void *x, const void *w, void *out, int64_t tokens, int hidde
     }
 }
 
+/* The residual add and the next RMSNorm in one pass: h[t] = to_dtype(h[t] + delta[t]) in place (as
+ * `h = h + delta` rounds), then out[t] = rms_norm(h[t]). */
+void add_rms_norm(void *h, const void *delta, const void *w, void *out, int64_t tokens, int hidden, float eps,
+                  int kind) {
+    #pragma omp parallel for if (tokens > 4)
+    for (int64_t t = 0; t < tokens; t++) {
+        float row[hidden], d[hidden];
+        load_row(row, h, t * hidden, hidden, kind, 1.0f);
+        load_row(d, delta, t * hidden, hidden, kind, 1.0f);
+        for (int i = 0; i < hidden; i++) row[i] = round_to(row[i] + d[i], kind);
+        store_row(h, t * hidden, row, hidden, kind);
+    }
+    rms_norm(h, w, out, tokens, hidden, eps, kind);
+}
+
+/* SwiGLU's middle: out[t, i] = to_dtype(to_dtype(silu(gate)) * up) for gate_up[t] = [gate | up], as
+ * `F.silu(gate) * up` rounds. */
+void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kind) {
+    #pragma omp parallel for if (tokens > 4)
+    for (int64_t t = 0; t < tokens; t++) {
+        float g[inter], u[inter];
+        load_row(g, gate_up, t * 2 * inter, inter, kind, 1.0f);
+        load_row(u, gate_up, t * 2 * inter + inter, inter, kind, 1.0f);
+        for (int i = 0; i < inter; i++) g[i] = round_to(round_to(g[i] / (1.0f + expf(-g[i])), kind) * u[i], kind);
+        store_row(out, t * inter, g, inter, kind);
+    }
+}
+
 /* In place on x, `heads` heads of head_dim per token, token t's first head at t * row_stride (so the q or
  * k part of a fused qkv row can be rotated where it lies): non-interleaved RoPE (HF Llama's rotate_half)
  * at positions[t], cos/sin tables [max_pos, head_dim] in the activation dtype. */
