@@ -57,6 +57,17 @@ def test_written_cpu_repository_has_inflight_batcher_layout(cpu_repo):
     assert errors(check_repository(repo)) == []
 
 
+def test_cpu_threads_reach_the_engine_model_only_when_set(tmp_path, tiny_model_dir):
+    def params(directory, **limits):
+        config, engine_dir = fake_engine(directory, tiny_model_dir, **limits)
+        repo = write_repository(config, engine_dir, directory / "repo")
+        engine = parse_pbtxt((repo / "tensorrt_llm" / "config.pbtxt").read_text())
+        return {p.get("key").value: p.get("value").get("string_value").value for p in engine.all("parameters")}
+
+    assert "cpu_threads" not in params(tmp_path / "a")  # the engine then takes every core it may run on
+    assert params(tmp_path / "b", cpu_threads=1)["cpu_threads"] == "1"
+
+
 def test_trtllm_repository_parameters(tmp_path, tiny_model_dir):
     config, engine_dir = fake_engine(tmp_path, tiny_model_dir, target="trtllm")
     repo = write_repository(config, engine_dir, tmp_path / "repo")

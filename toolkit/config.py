@@ -100,6 +100,9 @@ class EngineSection(_Section):
     # Instances of preprocessing / postprocessing / BLS (every stream's every token passes through them);
     # None: 1 on the CPU target (2 cores), 4 on GPU targets (upstream advises more than one).
     python_model_instances: int | None = Field(None, ge=1)
+    # CPU engine: torch threads for its steps; None: every core it may run on (perf/README.md: with the
+    # client on the same small machine, fewer threads than cores can serve faster).
+    cpu_threads: int | None = Field(None, ge=1)
     # CPU engine: n-gram (prompt-lookup) speculative decoding, drafts of up to max_draft_len tokens.
     speculative_decoding: Literal["none", "ngram"] = "none"
     max_draft_len: int = Field(4, ge=1, le=16)

@@ -86,7 +86,10 @@ class CPU(EngineTarget):
 
     def engine_model(self, config: DeploymentConfig, engine_dir: Path) -> tuple[str, dict]:
         # The toolkit's python model over the embedded engine (python_models/cpu_engine.py).
-        return "python", {"engine_dir": engine_dir, "enable_kv_cache_reuse": config.engine.enable_kv_cache_reuse}
+        params = {"engine_dir": engine_dir, "enable_kv_cache_reuse": config.engine.enable_kv_cache_reuse}
+        if config.engine.cpu_threads:
+            params["cpu_threads"] = config.engine.cpu_threads
+        return "python", params
 
     def triton(self, work_dir: Path, tritonserver: str | None) -> TritonInstall:
         from toolkit.serve.install import cpu_triton
