@@ -16,8 +16,8 @@ def record(i, step, ttft, gaps, isl=64):
                          output_tokens=len(chunks))
 
 
-def make_run(tmp_path, steps, server=None, samples=None):
-    """steps: {concurrency: [records]}; server: {concurrency: server summary}."""
+def make_run(tmp_path, steps, server=None, samples=None, run_meta=None):
+    """steps: {concurrency: [records]}; server: {concurrency: server summary}; run_meta: summary's "run"."""
     writer = RecordWriter(tmp_path / "records.jsonl")
     summary_steps = []
     for level, records in steps.items():
@@ -29,7 +29,7 @@ def make_run(tmp_path, steps, server=None, samples=None):
         s["server"] = (server or {}).get(level, {})
         summary_steps.append(s)
     writer.close()
-    (tmp_path / "summary.json").write_text(json.dumps({"run": {}, "steps": summary_steps}))
+    (tmp_path / "summary.json").write_text(json.dumps({"run": run_meta or {}, "steps": summary_steps}))
     if samples:
         (tmp_path / "server_metrics.jsonl").write_text("\n".join(json.dumps(s) for s in samples))
     return RunDir.open(tmp_path)
@@ -43,6 +43,19 @@ def test_decode_dominates(tmp_path):
     run = make_run(tmp_path, {1: [record(i, "c1", 0.01, [0.02] * 20) for i in range(5)]})
     found = [f for f in diagnose(run) if f.check == "decode_dominates"]
     assert found and "FP8" in found[0].lever and "%" in found[0].evidence
+
+
+def test_decode_dominates_lever_offers_only_the_byte_cuts_the_run_has_not_taken(tmp_path):
+    records = {1: [record(i, "c1", 0.01, [0.02] * 20) for i in range(5)]}
+
+    def lever(directory, **meta):
+        found = [f for f in diagnose(make_run(directory, records, run_meta=meta)) if f.check == "decode_dominates"]
+        return found[0].lever
+
+    fp8 = lever(tmp_path / "a", qformat="fp8", kv_cache_dtype="none")
+    assert "INT4-AWQ" in fp8 and "FP8 or" not in fp8 and "FP8 KV cache" in fp8
+    compact = lever(tmp_path / "b", qformat="int4_awq", kv_cache_dtype="fp8")
+    assert "already compact" in compact and "INT4-AWQ weights" not in compact
 
 
 def test_prefill_heavy_run_is_not_decode_dominated(tmp_path):

@@ -51,8 +51,23 @@ def check_decode_dominates(run: RunDir) -> list[Finding]:
                     f"decode is {100 * min(shares):.0f}–{100 * max(shares):.0f} % of mean request latency "
                     f"(e.g. {unloaded['step']}: prefill {unloaded['phases']['prefill_ms']:.1f} ms, decode "
                     f"{unloaded['phases']['decode_ms']:.1f} ms)",
-                    "cut the bytes each decode step reads: FP8 or INT4-AWQ weights, FP8 KV cache; raise batch "
-                    "(concurrency) to share each weight read across more tokens; consider speculative decoding")]
+                    f"{_fewer_bytes(run)}; raise batch (concurrency) to share each weight read across more "
+                    "tokens; consider speculative decoding")]
+
+
+def _fewer_bytes(run: RunDir) -> str:
+    """The byte cuts this run has not taken yet (fewer weight bits than it has, an 8-bit KV cache), or that
+    it has taken them: the lever no longer proposes FP8 weights to a run that serves FP8."""
+    meta = run.summary.get("run") or {}
+    qformat, kv = meta.get("qformat") or "none", meta.get("kv_cache_dtype") or "none"
+    to_4_bits = "INT4-AWQ weights (4 bits, from 8)"
+    weights = {"none": "FP8 or INT4-AWQ weights", "fp8": to_4_bits, "int8_sq": to_4_bits}
+    cuts = [weights[qformat]] if qformat in weights else []
+    if kv == "none":
+        cuts.append("an FP8 KV cache")
+    if cuts:
+        return "cut the bytes each decode step reads: " + ", ".join(cuts)
+    return f"the weights ({qformat}) and KV cache ({kv}) are already compact"
 
 
 def _triton_queue_ms(step: dict) -> float:
