@@ -150,3 +150,46 @@ def test_metrics_carry_tensorrt_llm_names_and_consistent_values(make_engine):
     assert requests == {"active": 2, "max": 4, "scheduled": 2, "context": 2, "waiting": 0}
     assert values["nv_trt_llm_inflight_batcher_metrics"]["total_context_tokens"] == 47
     engine.run_until_idle()
+
+
+def test_start_engine_builds_warms_up_and_steps_on_one_thread(make_engine, alone, monkeypatch):
+    """A runner built on one thread and stepped on another ran 1.6x slower (engine.start_engine's
+    docstring): the served engine is opened, warmed up and looped on the same thread."""
+    import threading
+
+    from toolkit.engine.runtime import engine as engine_module
+
+    seen = {}
+    engine = make_engine()
+    original_step = engine.step
+
+    def step():
+        seen.setdefault("stepped_on", set()).add(threading.current_thread().name)
+        return original_step()
+
+    engine.step = step
+
+    def fake_open(engine_dir, **options):
+        seen["opened_on"] = threading.current_thread().name
+        seen["options"] = options
+        return engine
+
+    monkeypatch.setattr(engine_module, "open_engine", fake_open)
+    started = engine_module.start_engine("unused", warm_up_prompt=[1, 2, 3], threads=1)
+    try:
+        assert started is engine and seen["options"] == {"threads": 1}
+        out = []
+        done = threading.Event()
+        started.add_request("r", PROMPTS[0], 16, callback=lambda o: (out.extend(o.new_tokens), o.finished and done.set()))
+        assert done.wait(60)
+        assert out == alone(PROMPTS[0])
+        assert seen["stepped_on"] == {seen["opened_on"]} and seen["opened_on"] != threading.current_thread().name
+    finally:
+        started.stop()
+
+    def broken_open(engine_dir, **options):
+        raise ValueError("no engine here")
+
+    monkeypatch.setattr(engine_module, "open_engine", broken_open)
+    with pytest.raises(ValueError, match="no engine here"):
+        engine_module.start_engine("unused")

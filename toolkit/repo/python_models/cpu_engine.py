@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from toolkit.engine.runtime.engine import RequestError, open_engine
+from toolkit.engine.runtime.engine import RequestError, start_engine
 from toolkit.engine.runtime.layout import ENGINE_INFO_FILE, TIMELINE_FILE
 from toolkit.engine.runtime.metrics import MetricsExporter
 from toolkit.engine.runtime.sampling import GREEDY, SamplingParams
@@ -76,9 +76,10 @@ class TritonPythonModel:
         model_config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
         threads = int(params["cpu_threads"]) if params.get("cpu_threads") else None
-        # The build's options (engine_config.json), unless config.pbtxt sets them.
-        self.engine = open_engine(
-            params["engine_dir"], threads=threads,
+        # The build's options (engine_config.json), unless config.pbtxt sets them. Built, warmed up (first
+        # calls pay kernel selection and allocator growth here, not in a TTFT) and run on its own thread.
+        self.engine = start_engine(
+            params["engine_dir"], threads=threads, warm_up_prompt=[1, 2, 3, 4],
             timeline_path=Path(args["model_repository"]) / TIMELINE_FILE,
             enable_chunked_context=_flag(params, "enable_chunked_context"),
             enable_kv_cache_reuse=_flag(params, "enable_kv_cache_reuse"),
@@ -91,16 +92,10 @@ class TritonPythonModel:
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._sender = threading.Thread(target=self._send_loop, name="cpu-engine-responses", daemon=True)
         self._sender.start()
-        self._warm_up()
         (Path(args["model_repository"]) / ENGINE_INFO_FILE).write_text(json.dumps(self.engine.describe(), indent=2))
-        self.engine.start()
         self._stop_metrics = threading.Event()
         self._metrics_thread = threading.Thread(target=self._metrics_loop, name="cpu-engine-metrics", daemon=True)
         self._metrics_thread.start()
-
-    def _warm_up(self):
-        # First calls pay one-off costs (kernel selection, allocator growth): pay them here, not in a TTFT.
-        self.engine.generate([[1, 2, 3, 4]], 2)
 
     def _metrics_loop(self):
         while not self._stop_metrics.wait(METRICS_INTERVAL_S):
