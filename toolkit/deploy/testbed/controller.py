@@ -96,7 +96,9 @@ class Controller:
 
     def _drain(self, index: int, replica: Replica) -> None:
         began = time.perf_counter()
-        at_drain = in_flight(replica)
+        # A replica busy with the streams being drained can be slow to answer a scrape on two shared cores;
+        # a timed-out scrape reads as 0, which here would record a drain of nothing.
+        at_drain = in_flight(replica, timeout_s=15.0)
         deadline = began + self.drain_timeout_s
         while time.perf_counter() < deadline:
             sessions = self.haproxy.stats().get(f"r{index}", {}).get("scur", 0)

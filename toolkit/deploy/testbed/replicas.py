@@ -37,10 +37,10 @@ def stop_replica(replica: Replica) -> None:
     stop_server(replica.state_file)
 
 
-def in_flight(replica: Replica) -> float:
+def in_flight(replica: Replica, timeout_s: float = 2.0) -> float:
     """Requests the engine holds (queued or generating); 0 when the server no longer answers."""
     try:
-        text = requests.get(replica.handle.metrics_url, timeout=2).text
+        text = requests.get(replica.handle.metrics_url, timeout=timeout_s).text
     except requests.RequestException:
         return 0.0
     return sum(float(v) for v in _ACTIVE.findall(text))
