@@ -68,8 +68,8 @@ class _Layer:
         self.post_norm = weights.post_attention_norm.float().to(device)
         self.qkv, self.input_norm = self._fused([lin["q"], lin["k"], lin["v"]], self.input_norm, dtype, device)
         self.gate_up, self.post_norm = self._fused([lin["gate"], lin["up"]], self.post_norm, dtype, device)
-        self.o, self.o_smooth = self._single(lin["o"], dtype, device, fp8_kernel)
-        self.down, self.down_smooth = self._single(lin["down"], dtype, device, fp8_kernel)
+        self.o, self.o_smooth = self._single(lin["o"], dtype, device)
+        self.down, self.down_smooth = self._single(lin["down"], dtype, device)
         self.splits = [lin["q"].out_features, lin["k"].out_features, lin["v"].out_features]
         self.input_norm = self.input_norm.to(dtype)
         self.post_norm = self.post_norm.to(dtype)
@@ -85,9 +85,16 @@ class _Layer:
         return [_Smoothed(make_linear([p], dtype, device, self.fp8_kernel, self.native), p.pre_quant_scale, dtype,
                           device) for p in parts], norm
 
-    def _single(self, part: LinearWeights, dtype, device, fp8_kernel):
+    def _single(self, part: LinearWeights, dtype, device):
         smooth = None if part.pre_quant_scale is None else part.pre_quant_scale.to(device).to(dtype)
-        return make_linear([part], dtype, device, fp8_kernel, self.native), smooth
+        return make_linear([part], dtype, device, self.fp8_kernel, self.native), smooth
+
+
+def _project(linears, x):
+    """One fused linear's output, or the unfused parts' outputs side by side (same columns)."""
+    import torch
+
+    return linears[0](x) if len(linears) == 1 else torch.cat([lin(x) for lin in linears], dim=-1)
 
 
 class _Smoothed:
@@ -150,7 +157,8 @@ class ModelRunner:
     @property
     def step_kernels(self) -> str:
         """What runs between the GEMMs: the fused C kernels, or torch ops where those could not be built."""
-        return "fused C (RMSNorm, RoPE, paged decode attention)" if self.native is not None else "torch ops"
+        return ("fused C (norms, RoPE, SwiGLU, paged decode attention, few-row GEMMs)" if self.native is not None
+                else "torch ops")
 
     @property
     def weight_bytes(self) -> int:
@@ -184,38 +192,41 @@ class ModelRunner:
         return x * cos + rotated * sin
 
     def _attention_plan(self, step: StepInput):
-        """Per sequence: its query rows and the cache slots of its whole context, plus one padded
-        gather for all single-token (decode) sequences so that they attend in one batched call."""
+        """Per prefill sequence: its query rows and the cache slots of its whole context. For the
+        single-token (decode) sequences, one batched call: with the fused kernel their block tables
+        (it walks them itself), else one padded gather of their slots and a mask."""
         import torch
 
         bs = self.block_size
-        decode_rows, decode_slots, decode_lens, prefill = [], [], [], []
+        decode_rows, decode_tables, decode_lens, prefill = [], [], [], []
         row = 0
-        max_decode_ctx = max([c for q, c in zip(step.query_lens, step.context_lens) if q == 1], default=0)
         for q_len, ctx, table in zip(step.query_lens, step.context_lens, step.block_tables):
-            blocks = torch.tensor(table[: -(-ctx // bs)], dtype=torch.int64)
-            slots = (blocks[:, None] * bs + torch.arange(bs)).reshape(-1)[:ctx]
+            blocks = list(table[: -(-ctx // bs)])
             if q_len == 1:
                 decode_rows.append(row)
-                decode_slots.append(torch.nn.functional.pad(slots, (0, max_decode_ctx - ctx)))
+                decode_tables.append(blocks)
                 decode_lens.append(ctx)
             else:
-                prefill.append((row, q_len, ctx, slots.to(self.device)))
+                prefill.append((row, q_len, ctx, self._slots(blocks, ctx).to(self.device)))
             row += q_len
-        decode = None
-        if decode_rows and self.native is not None:
-            # The fused kernel walks each sequence's block table itself: no gathered K/V copy, no mask.
-            tables = [list(t[: -(-c // bs)]) for q, c, t in zip(step.query_lens, step.context_lens, step.block_tables)
-                      if q == 1]
-            width = max(len(t) for t in tables)
-            decode = (torch.tensor(decode_rows), torch.tensor([t + [0] * (width - len(t)) for t in tables]),
-                      torch.tensor(decode_lens, dtype=torch.int64))
-        elif decode_rows:
-            lens = torch.tensor(decode_lens)
-            mask = (torch.arange(max_decode_ctx)[None, :] < lens[:, None])[:, None, None, :]
-            decode = (torch.tensor(decode_rows, device=self.device), torch.stack(decode_slots).to(self.device),
-                      mask.to(self.device))
-        return decode, prefill
+        if not decode_rows:
+            return None, prefill
+        if self.native is not None:
+            width = max(len(t) for t in decode_tables)
+            return (torch.tensor(decode_rows), torch.tensor([t + [0] * (width - len(t)) for t in decode_tables]),
+                    torch.tensor(decode_lens, dtype=torch.int64)), prefill
+        longest = max(decode_lens)
+        slots = torch.stack([torch.nn.functional.pad(self._slots(t, n), (0, longest - n))
+                             for t, n in zip(decode_tables, decode_lens)])
+        mask = (torch.arange(longest)[None, :] < torch.tensor(decode_lens)[:, None])[:, None, None, :]
+        return (torch.tensor(decode_rows, device=self.device), slots.to(self.device), mask.to(self.device)), prefill
+
+    def _slots(self, blocks: list[int], ctx: int):
+        """The cache rows of a context of `ctx` tokens laid over `blocks`."""
+        import torch
+
+        bs = self.block_size
+        return (torch.tensor(blocks, dtype=torch.int64)[:, None] * bs + torch.arange(bs)).reshape(-1)[:ctx]
 
     def _decode_attention(self, q, k, v, mask):
         """One query per sequence: q [B, heads, hd], k/v [B, ctx, kv_heads, hd], mask [B, 1, 1, ctx].
@@ -288,7 +299,7 @@ class ModelRunner:
         h = self.embed[token_ids].contiguous()
         x = native.rms_norm(h, self.layers[0].input_norm, eps)
         for i, layer in enumerate(self.layers):
-            qkv = torch.cat([lin(x) for lin in layer.qkv], dim=-1) if len(layer.qkv) > 1 else layer.qkv[0](x)
+            qkv = _project(layer.qkv, x)
             native.rope_(qkv, spec.num_heads, spec.head_dim, positions, self.cos, self.sin)
             native.rope_(qkv[:, layer.splits[0]:], spec.num_kv_heads, spec.head_dim, positions, self.cos, self.sin)
             q, k, v = qkv.split(layer.splits, dim=-1)
@@ -297,7 +308,7 @@ class ModelRunner:
             attn = attend(i, q.reshape(-1, spec.num_heads, spec.head_dim))
             x = native.add_rms_norm_(h, layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth),
                                      layer.post_norm, eps)
-            gu = torch.cat([lin(x) for lin in layer.gate_up], dim=-1) if len(layer.gate_up) > 1 else layer.gate_up[0](x)
+            gu = _project(layer.gate_up, x)
             mlp_in = native.silu_mul(gu)
             after = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.final_norm
             x = native.add_rms_norm_(h, layer.down(mlp_in if layer.down_smooth is None else mlp_in * layer.down_smooth),
@@ -307,7 +318,6 @@ class ModelRunner:
     def _layers(self, token_ids, positions, slots, attend):
         """Embedding and every decoder layer in torch ops (the path without the fused kernels, and their
         reference in the tests); `attend(layer, q)` reads the cache after this step's writes."""
-        import torch
         import torch.nn.functional as F
 
         spec = self.spec
@@ -315,7 +325,7 @@ class ModelRunner:
         h = self.embed[token_ids]
         for i, layer in enumerate(self.layers):
             x = self._rms_norm(h, layer.input_norm)
-            qkv = torch.cat([lin(x) for lin in layer.qkv], dim=-1) if len(layer.qkv) > 1 else layer.qkv[0](x)
+            qkv = _project(layer.qkv, x)
             q, k, v = qkv.split(layer.splits, dim=-1)
             q = self._rope(q.reshape(-1, spec.num_heads, spec.head_dim), cos, sin)
             k = self._rope(k.reshape(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
@@ -323,7 +333,7 @@ class ModelRunner:
             attn = attend(i, q)
             h = h + layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth)
             x = self._rms_norm(h, layer.post_norm)
-            gu = torch.cat([lin(x) for lin in layer.gate_up], dim=-1) if len(layer.gate_up) > 1 else layer.gate_up[0](x)
+            gu = _project(layer.gate_up, x)
             gate, up = gu.chunk(2, dim=-1)
             mlp_in = F.silu(gate) * up
             h = h + layer.down(mlp_in if layer.down_smooth is None else mlp_in * layer.down_smooth)
