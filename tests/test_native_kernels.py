@@ -66,27 +66,29 @@ def test_rope_rotates_the_q_and_k_columns_of_a_fused_row_in_place(kernels, dtype
     assert torch.equal(qkv[:, q_cols + KV_HEADS * HEAD_DIM:], v_before)  # v untouched
 
 
-def _paged(cache_dtype, seed=0):
+def _paged(cache_dtype, head_dim=HEAD_DIM, seed=0):
     """A cache of 40 blocks in `cache_dtype`, three sequences over scattered blocks (one of length 1)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    k = torch.randn(40 * BLOCK, KV_HEADS, HEAD_DIM, generator=gen)
-    v = torch.randn(40 * BLOCK, KV_HEADS, HEAD_DIM, generator=gen)
+    k = torch.randn(40 * BLOCK, KV_HEADS, head_dim, generator=gen)
+    v = torch.randn(40 * BLOCK, KV_HEADS, head_dim, generator=gen)
     tables = torch.tensor([[5, 9, 2, 30, 17, 0, 0, 0, 0, 0], [7, 0, 0, 0, 0, 0, 0, 0, 0, 0],
                            [11, 12, 13, 14, 15, 16, 18, 19, 20, 21]])
     lens = torch.tensor([37, 1, 80])
     return k, v, tables, lens
 
 
+# head_dim 64 and 128 take the AVX-512 path where the CPU has it; 32 the element-wise one everywhere.
+@pytest.mark.parametrize("head_dim", [HEAD_DIM, 32])
 @pytest.mark.parametrize("act,cache", [("fp32", "fp32"), ("bf16", "bf16"), ("bf16", "fp8"), ("bf16", "int8"),
                                        ("fp32", "int8")])
-def test_paged_decode_attention_equals_attention_over_the_gathered_context(kernels, act, cache):
+def test_paged_decode_attention_equals_attention_over_the_gathered_context(kernels, act, cache, head_dim):
     import torch
 
-    k, v, tables, lens = _paged(cache)
+    k, v, tables, lens = _paged(cache, head_dim)
     act_dt = _dtype(act)
-    q = torch.randn(3, HEADS, HEAD_DIM).to(act_dt)
+    q = torch.randn(3, HEADS, head_dim).to(act_dt)
     scale = 0.05
     if cache == "fp8":
         k_store, v_store = (k / scale).to(torch.float8_e4m3fn), (v / scale).to(torch.float8_e4m3fn)
@@ -102,7 +104,7 @@ def test_paged_decode_attention_equals_attention_over_the_gathered_context(kerne
         slots = (tables[b][:, None] * BLOCK + torch.arange(BLOCK)).reshape(-1)[:n]
         keys = (k_store[slots].float() * scale).repeat_interleave(HEADS // KV_HEADS, dim=1)
         values = (v_store[slots].float() * scale).repeat_interleave(HEADS // KV_HEADS, dim=1)
-        scores = torch.einsum("hd,thd->ht", q[b].float(), keys) / HEAD_DIM ** 0.5
+        scores = torch.einsum("hd,thd->ht", q[b].float(), keys) / head_dim ** 0.5
         expected = torch.einsum("ht,thd->hd", scores.softmax(-1), values)
         tolerance = 1e-5 if act == "fp32" else 1e-2
         assert (out[b].float() - expected).abs().max().item() < tolerance, b

@@ -135,57 +135,31 @@ void rope(void *x, int64_t row_stride, const int64_t *positions, const void *cos
     }
 }
 
-/* One query token per sequence against its paged context.
- * q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim]
- * (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
- * context_lens: [batch]. Query head h reads kv head h / (heads / kv_heads), as HF's repeat_kv. */
-static void decode_attention_scalar(const void *q, const void *k_cache, const void *v_cache,
-                                    const int64_t *block_tables, const int64_t *context_lens, void *out, int batch,
-                                    int heads, int kv_heads, int head_dim, int max_blocks, int block_size,
-                                    float k_scale, float v_scale, int act_kind, int cache_kind) {
-    int group = heads / kv_heads;
-    float softmax_scale = 1.0f / sqrtf((float)head_dim);
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < batch; b++) {
-        for (int kvh = 0; kvh < kv_heads; kvh++) {
-            int64_t ctx = context_lens[b];
-            const int64_t *table = block_tables + (int64_t)b * max_blocks;
-            float qs[group][head_dim], acc[group][head_dim], row[head_dim], m[group], l[group];
-            float *scores = (float *)malloc(sizeof(float) * (size_t)(ctx * group));
-            for (int g = 0; g < group; g++) {
-                load_row(qs[g], q, ((int64_t)b * heads + kvh * group + g) * head_dim, head_dim, act_kind, 1.0f);
-                for (int i = 0; i < head_dim; i++) { qs[g][i] *= softmax_scale; acc[g][i] = 0.0f; }
-                m[g] = -INFINITY;
-                l[g] = 0.0f;
-            }
-            for (int64_t t = 0; t < ctx; t++) {
-                int64_t slot = table[t / block_size] * block_size + t % block_size;
-                load_row(row, k_cache, (slot * kv_heads + kvh) * head_dim, head_dim, cache_kind, k_scale);
-                for (int g = 0; g < group; g++) {
-                    float s = 0.0f;
-                    #pragma omp simd reduction(+ : s)
-                    for (int i = 0; i < head_dim; i++) s += qs[g][i] * row[i];
-                    scores[t * group + g] = s;
-                    if (s > m[g]) m[g] = s;
-                }
-            }
-            for (int64_t t = 0; t < ctx; t++) {
-                int64_t slot = table[t / block_size] * block_size + t % block_size;
-                load_row(row, v_cache, (slot * kv_heads + kvh) * head_dim, head_dim, cache_kind, v_scale);
-                for (int g = 0; g < group; g++) {
-                    float p = expf(scores[t * group + g] - m[g]);
-                    l[g] += p;
-                    for (int i = 0; i < head_dim; i++) acc[g][i] += p * row[i];
-                }
-            }
-            for (int g = 0; g < group; g++) {
-                float inv = 1.0f / l[g];
-                for (int i = 0; i < head_dim; i++) acc[g][i] *= inv;
-                store_row(out, ((int64_t)b * heads + kvh * group + g) * head_dim, acc[g], head_dim, act_kind);
-            }
-            free(scores);
-        }
+/* One query head (q pre-scaled, fp32) against its kv head's paged context, one element at a time: the
+ * path where the vector one below does not apply. Token t lies at row table[t / block_size] *
+ * block_size + t % block_size. */
+static void attend_head_scalar(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
+                               int64_t ctx, int block_size, int kv_heads, int kvh, int head_dim, float k_scale,
+                               float v_scale, int cache_kind, float *scores, float *out) {
+    float row[head_dim], mx = -INFINITY, sum = 0.0f;
+    for (int64_t t = 0; t < ctx; t++) {
+        int64_t slot = table[t / block_size] * block_size + t % block_size;
+        load_row(row, k_cache, (slot * kv_heads + kvh) * head_dim, head_dim, cache_kind, k_scale);
+        float s = 0.0f;
+        #pragma omp simd reduction(+ : s)
+        for (int i = 0; i < head_dim; i++) s += qf[i] * row[i];
+        scores[t] = s;
+        mx = s > mx ? s : mx;
     }
+    for (int i = 0; i < head_dim; i++) out[i] = 0.0f;
+    for (int64_t t = 0; t < ctx; t++) {
+        int64_t slot = table[t / block_size] * block_size + t % block_size;
+        load_row(row, v_cache, (slot * kv_heads + kvh) * head_dim, head_dim, cache_kind, v_scale);
+        float p = expf(scores[t] - mx);
+        sum += p;
+        for (int i = 0; i < head_dim; i++) out[i] += p * row[i];
+    }
+    for (int i = 0; i < head_dim; i++) out[i] /= sum;
 }
 
 #ifdef __AVX512F__
@@ -230,7 +204,7 @@ INLINE void attend_head(const float *qf, const void *k_cache, const void *v_cach
                         int block_size, int kv_heads, int kvh, const int nv, float k_scale, float v_scale,
                         int cache_kind, float *scores, float *out) {
     const int head_dim = nv * 16;
-    __m512 qv[8], acc[8], row[8];
+    __m512 qv[8], acc[8];
     for (int j = 0; j < nv; j++) {
         qv[j] = _mm512_loadu_ps(qf + 16 * j);
         acc[j] = _mm512_setzero_ps();
@@ -273,53 +247,45 @@ INLINE void attend_head(const float *qf, const void *k_cache, const void *v_cach
         __m512 p = _mm512_set1_ps(scores[t2]);
         for (int j = 0; j < nv; j++) acc[j] = _mm512_fmadd_ps(p, load16(v_cache, base + 16 * j, cache_kind, v_scale), acc[j]);
     }
-    (void)row;
     for (int j = 0; j < nv; j++) _mm512_storeu_ps(out + 16 * j, _mm512_mul_ps(acc[j], _mm512_set1_ps(inv)));
 }
 
-/* head_dim 64 or 128 (Llama's); work split over (sequence, query head) */
-static void decode_attention_avx512(const void *q, const void *k_cache, const void *v_cache,
-                                    const int64_t *block_tables, const int64_t *context_lens, void *out, int batch,
-                                    int heads, int kv_heads, int head_dim, int max_blocks, int block_size,
-                                    float k_scale, float v_scale, int act_kind, int cache_kind) {
+#endif
+
+/* One query token per sequence against its paged context, work split over (sequence, query head).
+ * q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim]
+ * (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
+ * context_lens: [batch]. Query head h reads kv head h / (heads / kv_heads), as HF's repeat_kv. */
+void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
+                      const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
+                      int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
+    init_fp8();
     int group = heads / kv_heads;
     float softmax_scale = 1.0f / sqrtf((float)head_dim);
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < batch; b++) {
         for (int h = 0; h < heads; h++) {
-            int64_t ctx = context_lens[b];
-            float qf[128], o[128];
+            int64_t ctx = context_lens[b], at = ((int64_t)b * heads + h) * head_dim;
+            const int64_t *table = block_tables + (int64_t)b * max_blocks;
+            float qf[head_dim], o[head_dim];
             float *scores = (float *)malloc(sizeof(float) * (size_t)(ctx + 16));
-            int64_t at = ((int64_t)b * heads + h) * head_dim;
             load_row(qf, q, at, head_dim, act_kind, 1.0f);
             for (int i = 0; i < head_dim; i++) qf[i] *= softmax_scale;
-            const int64_t *table = block_tables + (int64_t)b * max_blocks;
+#ifdef __AVX512F__
             if (head_dim == 64)
                 attend_head(qf, k_cache, v_cache, table, ctx, block_size, kv_heads, h / group, 4, k_scale, v_scale,
                             cache_kind, scores, o);
-            else
+            else if (head_dim == 128)
                 attend_head(qf, k_cache, v_cache, table, ctx, block_size, kv_heads, h / group, 8, k_scale, v_scale,
                             cache_kind, scores, o);
+            else
+#endif
+                attend_head_scalar(qf, k_cache, v_cache, table, ctx, block_size, kv_heads, h / group, head_dim,
+                                   k_scale, v_scale, cache_kind, scores, o);
             store_row(out, at, o, head_dim, act_kind);
             free(scores);
         }
     }
-}
-#endif
-
-void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
-                      const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
-                      int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
-    init_fp8();
-#ifdef __AVX512F__
-    if (head_dim == 64 || head_dim == 128) {
-        decode_attention_avx512(q, k_cache, v_cache, block_tables, context_lens, out, batch, heads, kv_heads,
-                                head_dim, max_blocks, block_size, k_scale, v_scale, act_kind, cache_kind);
-        return;
-    }
-#endif
-    decode_attention_scalar(q, k_cache, v_cache, block_tables, context_lens, out, batch, heads, kv_heads, head_dim,
-                            max_blocks, block_size, k_scale, v_scale, act_kind, cache_kind);
 }
 
 /* ---- weight-only GEMMs for few rows (decode) ------------------------------------------------------
