@@ -260,9 +260,17 @@ class Engine:
                 raise RuntimeError("the engine cannot schedule its waiting requests (KV cache or token budget too small)")
 
     def start(self) -> None:
+        running = threading.Event()
+        threading.Thread(target=self.run_loop, args=(running.set,), name="cpu-engine", daemon=True).start()
+        running.wait()  # stop() from here on finds the loop's thread
+
+    def run_loop(self, on_running: Callable[[], None] | None = None) -> None:
+        """Run the loop on the calling thread until stop(); `on_running` is called once stop() can find it."""
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="cpu-engine", daemon=True)
-        self._thread.start()
+        self._thread = threading.current_thread()
+        if on_running is not None:
+            on_running()
+        self._loop()
 
     def _loop(self) -> None:
         while True:
@@ -332,10 +340,8 @@ def start_engine(engine_dir, *, warm_up_prompt: list[int] | None = None, **optio
             built["error"] = exc
             ready.set()
             return
-        engine._thread, engine._stopping = threading.current_thread(), False
         built["engine"] = engine
-        ready.set()
-        engine._loop()
+        engine.run_loop(on_running=ready.set)
 
     threading.Thread(target=run, name="cpu-engine", daemon=True).start()
     ready.wait()
