@@ -25,14 +25,20 @@ _loaded: dict[str, object] = {}
 
 
 def _cpu_model() -> str:
-    """What -march=native compiled for: a cached library is only reused on the same CPU model."""
+    """What -march=native compiled for (model name and ISA flags of the first CPU): a cached library is
+    only reused where both match."""
+    found: dict[str, str] = {}
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith(("model name", "flags")):
-                return f"{platform.machine()} {line.strip()}"
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                key = line.split(":", 1)[0].strip()
+                if key in ("model name", "flags") and key not in found:
+                    found[key] = line.strip()
+                if len(found) == 2:
+                    break
     except OSError:
         pass
-    return platform.machine()
+    return " ".join([platform.machine(), *found.values()])
 
 
 class NativeKernels:
