@@ -10,8 +10,9 @@ TOOLKIT := $(BIN)/toolkit
 
 setup: $(VENV)/.installed
 
-# Quiet: no version nag, no "scripts are not on PATH" or "running as root" notices (the venv is the point).
-PIP := $(BIN)/pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore
+# Quiet: no version nag, no "scripts are not on PATH" or "running as root" notices (the venv is the point),
+# and no warnings about a machine-wide pip config's index folders that are absent (-qq keeps errors).
+PIP := $(BIN)/pip install -qq --disable-pip-version-check --no-warn-script-location --root-user-action=ignore
 
 # torch first, pinned: 2.13.0 is the CPU build on these machines' disk; a bare `torch` would pull CUDA.
 $(VENV)/.installed: pyproject.toml
