@@ -165,7 +165,7 @@ def test_few_row_gemms_equal_torch(kernels, rows):
         assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
 
 
-@pytest.mark.parametrize("rows", [1, 5, 8, 11])
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 11])
 def test_int4_gemm_and_its_bf16_widening_equal_the_dequantized_weights(kernels, rows):
     import torch
 

@@ -483,27 +483,38 @@ static inline __m512i int4_table(void) {
     return _mm512_loadu_si512((const void *)t);
 }
 
-INLINE void int4_tile(const uint16_t *x, const int rows, int K, const uint8_t *wrow, const float *srow, int group,
-                      __m512i table, uint16_t *y, int64_t N) {
+/* `rows` activation rows against `nb` consecutive output rows (weights), both compile-time constants so the
+ * rows * nb accumulators stay in registers. nb > 1 at one or two activation rows: one output row alone is a
+ * single chain of dependent dot products (latency-bound: 1 row ran slower than 2), and the activation loads
+ * are shared by the nb weight rows. */
+INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, const uint8_t *w, const float *s,
+                       int group, __m512i table, uint16_t *y, int64_t N) {
     const __m512i low = _mm512_set1_epi16(15);
+    const int64_t wstride = K / 2, groups = K / group;
     __m512 acc[TILE_M], part[TILE_M];
-    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+    for (int i = 0; i < rows * nb; i++) acc[i] = _mm512_setzero_ps();
     for (int g0 = 0; g0 < K; g0 += group) {
-        for (int m = 0; m < rows; m++) part[m] = _mm512_setzero_ps();
+        for (int i = 0; i < rows * nb; i++) part[i] = _mm512_setzero_ps();
         for (int k = g0; k < g0 + group; k += 64) {
-            __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(wrow + k / 2)));
-            __m512bh w0 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(bytes, low), table);
-            __m512bh w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
-            for (int m = 0; m < rows; m++) {
-                const uint16_t *xm = x + m * K + k;
-                part[m] = _mm512_dpbf16_ps(part[m], w0, (__m512bh)_mm512_loadu_si512((const void *)xm));
-                part[m] = _mm512_dpbf16_ps(part[m], w1, (__m512bh)_mm512_loadu_si512((const void *)(xm + 32)));
+            for (int j = 0; j < nb; j++) {
+                __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + j * wstride + k / 2)));
+                __m512bh w0 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(bytes, low), table);
+                __m512bh w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
+                for (int m = 0; m < rows; m++) {
+                    const uint16_t *xm = x + m * K + k;
+                    part[m * nb + j] = _mm512_dpbf16_ps(part[m * nb + j], w0, (__m512bh)_mm512_loadu_si512((const void *)xm));
+                    part[m * nb + j] =
+                        _mm512_dpbf16_ps(part[m * nb + j], w1, (__m512bh)_mm512_loadu_si512((const void *)(xm + 32)));
+                }
             }
         }
-        __m512 s = _mm512_set1_ps(srow[g0 / group]);
-        for (int m = 0; m < rows; m++) acc[m] = _mm512_fmadd_ps(part[m], s, acc[m]);
+        for (int j = 0; j < nb; j++) {
+            __m512 sc = _mm512_set1_ps(s[j * groups + g0 / group]);
+            for (int m = 0; m < rows; m++) acc[m * nb + j] = _mm512_fmadd_ps(part[m * nb + j], sc, acc[m * nb + j]);
+        }
     }
-    for (int m = 0; m < rows; m++) y[m * N] = f32_to_bf16(_mm512_reduce_add_ps(acc[m]));
+    for (int m = 0; m < rows; m++)
+        for (int j = 0; j < nb; j++) y[m * N + j] = f32_to_bf16(_mm512_reduce_add_ps(acc[m * nb + j]));
 }
 #endif
 
@@ -511,17 +522,22 @@ void gemm_int4(const uint16_t *x, int64_t M, int K, const uint8_t *w, const floa
                uint16_t *y) {
 #if defined(__AVX512BF16__)
     const __m512i table = int4_table();
-    int groups = K / group;
+    const int groups = K / group;
+    /* output rows per block: 4 at one activation row, 2 at two, else 1 (the rows give the independent chains) */
+    const int nb = M == 1 && N % 4 == 0 ? 4 : M == 2 && N % 2 == 0 ? 2 : 1;
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; n < N; n += nb) {
         const uint8_t *wrow = w + (int64_t)n * (K / 2);
         const float *srow = scales + (int64_t)n * groups;
-        for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
-            int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
-#define INT4_TILE(R) int4_tile(x + m0 * K, R, K, wrow, srow, group, table, y + m0 * N + n, N)
-            FOR_ROWS(rows, INT4_TILE)
+        if (nb == 4) int4_block(x, 1, 4, K, wrow, srow, group, table, y + n, N);
+        else if (nb == 2) int4_block(x, 2, 2, K, wrow, srow, group, table, y + n, N);
+        else
+            for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
+                int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
+#define INT4_TILE(R) int4_block(x + m0 * K, R, 1, K, wrow, srow, group, table, y + m0 * N + n, N)
+                FOR_ROWS(rows, INT4_TILE)
 #undef INT4_TILE
-        }
+            }
     }
 #else
     (void)x; (void)M; (void)K; (void)w; (void)scales; (void)group; (void)N; (void)y;
