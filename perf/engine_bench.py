@@ -133,6 +133,8 @@ def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int) -> float:
     if runner.native is not None:  # attention too: the planner charges it at the probed attention rate
         runner.native = copy.copy(runner.native)
         runner.native.decode_attention = lambda q, *args: q.new_zeros(q.shape)
+    if runner.decoder is not None:  # the one-call C decode step: its own switch, the same stubs
+        runner.decoder.desc.stub_gemms = 1
     prefill, decode, _ = _steps(1, isl)
     medians = []
     for _ in range(repeats):

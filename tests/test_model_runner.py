@@ -302,3 +302,37 @@ def test_fp8_kv_cache_is_honoured(quantized, hf_model):
     kv_effect = (plain_logits - logits).abs().max().item()
     assert kv_effect > 1e-5
     assert (logits - expected).abs().max().item() < (plain_logits - expected).abs().max().item()
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8", "fp8"])
+@pytest.mark.parametrize("qformat", ["none", "int8_sq", "int4_awq", "fp8"])
+def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_model_dir, qformat, kv_cache_dtype,
+                                                               monkeypatch):
+    """Decode-only steps run all decoder layers in one C call (csrc/decode_step.c): the same kernels in the
+    same order as the Python-driven path, so logits and every KV cache byte are equal, not just close."""
+    import torch
+
+    from toolkit.compile_native import find_compiler
+    from toolkit.engine.runtime.native_kernels import NativeKernels
+
+    if find_compiler("c") is None:
+        pytest.skip("no C compiler here to build the fused kernels")
+    ckpt = tiny_model_dir if qformat == "none" else quantized(qformat)[0]
+    one_call, python_driven = (_runner(ckpt, "auto", kv_cache_dtype, fp8_kernel="auto") for _ in range(2))
+    if not one_call.native.has_bf16_gemm:
+        pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
+    assert one_call.decoder is not None
+    python_driven.decoder = None
+    used = []
+    original = NativeKernels.decode_layers
+    monkeypatch.setattr(NativeKernels, "decode_layers", lambda *a: used.append(original(*a)) or used[-1])
+    paged = PagedSequences(one_call.cache.num_blocks)
+    steps = [paged.step({0: PROMPTS[0][:20], 1: PROMPTS[1]}), paged.step({0: PROMPTS[0][20:], 2: PROMPTS[2]})]
+    steps += [paged.step({0: [11 + i], 1: [40 + i], 2: [90 + i]}) for i in range(4)]
+    for step in steps:
+        assert torch.equal(one_call.forward(step), python_driven.forward(step))
+    assert used == [True] * 4  # the four decode-only steps ran in C (the prefills in Python)
+    for layer in range(len(one_call.layers)):
+        for a, b in ((one_call.cache.k[layer], python_driven.cache.k[layer]),
+                     (one_call.cache.v[layer], python_driven.cache.v[layer])):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))

@@ -73,6 +73,11 @@ class Linear:
     def __call__(self, x):
         raise NotImplementedError
 
+    def native_linear(self):
+        """This linear as the whole-step C driver runs it (native_kernels.NativeLinear), or None where it
+        does not run on one of the few-row C GEMMs (the step then stays in Python)."""
+        return None
+
 
 class DenseLinear(Linear):
     def __init__(self, weight, dtype, native=None):
@@ -88,6 +93,13 @@ class DenseLinear(Linear):
         if self.native is not None and x.dtype == torch.bfloat16 and x.numel() <= NATIVE_BF16_ROWS * x.shape[-1]:
             return self.native.gemm_bf16(x.reshape(-1, x.shape[-1]), self.weight).reshape(*x.shape[:-1], -1)
         return F.linear(x, self.weight)
+
+    def native_linear(self):
+        from toolkit.engine.runtime.native_kernels import LIN_BF16, NativeLinear
+
+        if self.native is None or self.weight_format != "bf16":
+            return None
+        return NativeLinear(LIN_BF16, self.weight, *self.weight.shape)
 
 
 class Int4Linear(Linear):
@@ -139,6 +151,14 @@ class Int4Linear(Linear):
             y = torch._weight_int4pack_mm(x2, self.packed, self.group_size, self.scales_and_zeros)
         return y.reshape(*shape[:-1], self.out_features)
 
+    def native_linear(self):
+        from toolkit.engine.runtime.native_kernels import LIN_INT4, NativeLinear
+
+        if self.native is None or self.act_quant is not None:  # W4A8's fp8 activation rounding stays in torch
+            return None
+        return NativeLinear(LIN_INT4, self.packed, self.out_features, self.in_features, self.scales_fp32,
+                            group=self.group_size)
+
 
 class Int8Linear(Linear):
     """int8 weights with a per-output-channel scale (SmoothQuant's weights; activations fake-quantized to int8)."""
@@ -170,6 +190,14 @@ class Int8Linear(Linear):
         else:
             y = torch._weight_int8pack_mm(x2, self.weight, self.scales)
         return y.reshape(*shape[:-1], self.weight.shape[0])
+
+    def native_linear(self):
+        from toolkit.engine.runtime.native_kernels import LIN_INT8, NativeLinear
+
+        if self.native is None:
+            return None
+        return NativeLinear(LIN_INT8, self.weight, *self.weight.shape, self.scales_fp32, act_quant=self.act_quant,
+                            input_scale=self.input_scale_value)
 
 
 class Fp8Linear(Linear):

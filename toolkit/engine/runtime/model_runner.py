@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.engine.runtime.checkpoint import LinearWeights, load_checkpoint
-from toolkit.engine.runtime.kernels import DenseLinear, can_fuse, make_linear
+from toolkit.engine.runtime.kernels import NATIVE_BF16_ROWS, DenseLinear, can_fuse, make_linear
 from toolkit.engine.runtime.kv_cache import PagedKVCache
 from toolkit.engine.runtime.step import StepInput
 
@@ -143,6 +143,7 @@ class ModelRunner:
                                   num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, compute_dtype=self.dtype,
                                   kv_cache_dtype=kv_cache_dtype, scales=[layer.kv_scales for layer in ckpt.layers],
                                   device=device)
+        self.decoder = self._native_decoder()
         self.warm_up_seconds = 0.0
         if kv_cache_dtype != "auto" and self.cache.scale_source == "fixed":
             log.warning("kv_cache_dtype %s: the checkpoint has no calibrated k/v scales; using a fixed amax of 16",
@@ -157,8 +158,31 @@ class ModelRunner:
     @property
     def step_kernels(self) -> str:
         """What runs between the GEMMs: the fused C kernels, or torch ops where those could not be built."""
-        return ("fused C (norms, RoPE, SwiGLU, paged decode attention, few-row GEMMs)" if self.native is not None
-                else "torch ops")
+        if self.native is None:
+            return "torch ops"
+        return ("fused C (norms, RoPE, SwiGLU, paged decode attention, few-row GEMMs)"
+                + ("; decode steps of up to %d sequences in one C call" % NATIVE_BF16_ROWS if self.decoder else ""))
+
+    def _native_decoder(self):
+        """The decoder layers described for the one-call C decode step (native_kernels.DecodeModel), or None
+        where some part does not run on the C kernels (no compiler, unfused q/k/v or gate/up, W4A8)."""
+        if self.native is None:
+            return None
+        from toolkit.engine.runtime.native_kernels import DecodeModel, NativeLayer
+
+        layers = []
+        for i, layer in enumerate(self.layers):
+            if len(layer.qkv) != 1 or len(layer.gate_up) != 1:
+                return None
+            parts = [lin.native_linear() for lin in (layer.qkv[0], layer.o, layer.gate_up[0], layer.down)]
+            if any(p is None or not self.native.decode_kind_supported(p.kind) for p in parts):
+                return None
+            layers.append(NativeLayer(*parts, layer.o_smooth, layer.down_smooth, layer.input_norm, layer.post_norm,
+                                      self.cache.k[i], self.cache.v[i], self.cache.k_scale[i], self.cache.v_scale[i]))
+        s = self.spec
+        return DecodeModel(layers, hidden=s.hidden_size, heads=s.num_heads, kv_heads=s.num_kv_heads,
+                           head_dim=s.head_dim, inter=layers[0].gate_up.n // 2, block_size=self.block_size,
+                           eps=self.eps, cos=self.cos, sin=self.sin, final_norm=self.final_norm)
 
     @property
     def weight_bytes(self) -> int:
@@ -283,11 +307,20 @@ class ModelRunner:
         positions = step.positions.to(self.device)
         slots = step.slot_mapping.to(self.device)
         plan = self._attention_plan(step)
+        logits_indices = step.logits_indices.to(self.device)
+        if (self.decoder is not None and plan[0] is not None and not plan[1]
+                and step.num_tokens <= NATIVE_BF16_ROWS):  # decode only, within the C GEMMs' row tile
+            _, tables, lens = plan[0]
+            h = self.embed[token_ids].contiguous()
+            x = torch.empty_like(h)
+            if self.native.decode_layers(self.decoder, h, x, positions.to(torch.int64).contiguous(),
+                                         slots.to(torch.int64).contiguous(), tables, lens):
+                return self.lm_head(x[logits_indices]).float()
         if self.native is not None:
             x = self._fused_layers(token_ids, positions, slots, lambda i, q: self._attend(i, q, plan))
-            return self.lm_head(x[step.logits_indices.to(self.device)]).float()
+            return self.lm_head(x[logits_indices]).float()
         h = self._layers(token_ids, positions, slots, lambda i, q: self._attend(i, q, plan))
-        return self._logits(h[step.logits_indices.to(self.device)])
+        return self._logits(h[logits_indices])
 
     def _fused_layers(self, token_ids, positions, slots, attend):
         """`_layers` on the fused C kernels: each residual add folded into the RMSNorm after it, RoPE in

@@ -1,5 +1,6 @@
 """The engine's fused CPU kernels (csrc/decode_kernels.c): RMSNorm, RoPE, paged decode attention and
-the few-row (decode) bf16 and int8 GEMMs.
+the few-row (decode) bf16, int8 and int4 GEMMs; and (csrc/decode_step.c) a decode step's decoder layers
+in one call, driven by a description of the model built once (`DecodeModel`).
 
 Compiled once per machine with the system C compiler (-O3 -march=native, OpenMP; cached by source,
 flags and CPU model) and called through ctypes on the tensors' memory. Why: see the C file's header.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import platform
+from dataclasses import dataclass
 from importlib import resources
 
 log = logging.getLogger(__name__)
@@ -22,6 +24,29 @@ CACHE_KINDS = {"torch.float32": 0, "torch.bfloat16": 1, "torch.int8": 2, "torch.
 ACT_QUANT = {None: 0, "int8": 1, "fp8": 2}
 _FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno"]
 _loaded: dict[str, object] = {}
+# Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
+SOURCES = ("decode_kernels.c", "decode_step.c")
+LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI = 0, 1, 2, 3
+
+
+class _LinearDesc(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("n", ctypes.c_int32), ("k", ctypes.c_int32), ("group", ctypes.c_int32),
+                ("act_quant", ctypes.c_int32), ("input_scale", ctypes.c_float), ("weight", ctypes.c_void_p),
+                ("scale", ctypes.c_void_p), ("weight_sums", ctypes.c_void_p), ("smooth", ctypes.c_void_p)]
+
+
+class _LayerDesc(ctypes.Structure):
+    _fields_ = [("qkv", _LinearDesc), ("o", _LinearDesc), ("gate_up", _LinearDesc), ("down", _LinearDesc),
+                ("input_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p), ("k_cache", ctypes.c_void_p),
+                ("v_cache", ctypes.c_void_p), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float)]
+
+
+class _ModelDesc(ctypes.Structure):
+    _fields_ = [("num_layers", ctypes.c_int32), ("hidden", ctypes.c_int32), ("heads", ctypes.c_int32),
+                ("kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32), ("inter", ctypes.c_int32),
+                ("act_kind", ctypes.c_int32), ("cache_kind", ctypes.c_int32), ("block_size", ctypes.c_int32),
+                ("eps", ctypes.c_float), ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p),
+                ("final_norm", ctypes.c_void_p), ("layers", ctypes.POINTER(_LayerDesc)), ("stub_gemms", ctypes.c_int32)]
 
 
 def _cpu_model() -> str:
@@ -39,6 +64,66 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return " ".join([platform.machine(), *found.values()])
+
+
+@dataclass
+class NativeLinear:
+    """One linear as decode_step.c's linear_t sees it (kernels.py's Linear classes say theirs)."""
+
+    kind: int
+    weight: object  # torch.Tensor [n, k] (int4: packed bytes [n, k / 2])
+    n: int
+    k: int
+    scale: object = None  # fp32: per output row (int8) or [n, k / group] (int4)
+    weight_sums: object = None  # int32 [n] (LIN_INT8_VNNI)
+    group: int = 0
+    act_quant: str | None = None
+    input_scale: float = 1.0
+
+
+@dataclass
+class NativeLayer:
+    qkv: NativeLinear
+    o: NativeLinear
+    gate_up: NativeLinear
+    down: NativeLinear
+    o_smooth: object  # activation-dtype [k] or None
+    down_smooth: object
+    input_norm: object
+    post_norm: object
+    k_cache: object
+    v_cache: object
+    k_scale: float
+    v_scale: float
+
+
+class DecodeModel:
+    """A model described once for `decode_layers`: the ctypes structures and every tensor they point at
+    (kept here so that none is freed while the description lives)."""
+
+    def __init__(self, layers: list[NativeLayer], *, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                 inter: int, block_size: int, eps: float, cos, sin, final_norm):
+        self._keep = [cos, sin, final_norm, layers]
+        self._layers = (_LayerDesc * len(layers))(*[self._layer(layer) for layer in layers])
+        first = layers[0]
+        self.desc = _ModelDesc(len(layers), hidden, heads, kv_heads, head_dim, inter,
+                               ACTIVATION_KINDS[str(first.input_norm.dtype)], CACHE_KINDS[str(first.k_cache.dtype)],
+                               block_size, eps, cos.data_ptr(), sin.data_ptr(), final_norm.data_ptr(),
+                               ctypes.cast(self._layers, ctypes.POINTER(_LayerDesc)), 0)
+
+    @staticmethod
+    def _ptr(tensor) -> int | None:
+        return None if tensor is None else tensor.data_ptr()
+
+    def _linear(self, lin: NativeLinear, smooth) -> _LinearDesc:
+        return _LinearDesc(lin.kind, lin.n, lin.k, lin.group, ACT_QUANT[lin.act_quant], lin.input_scale,
+                           lin.weight.data_ptr(), self._ptr(lin.scale), self._ptr(lin.weight_sums), self._ptr(smooth))
+
+    def _layer(self, layer: NativeLayer) -> _LayerDesc:
+        return _LayerDesc(self._linear(layer.qkv, None), self._linear(layer.o, layer.o_smooth),
+                          self._linear(layer.gate_up, None), self._linear(layer.down, layer.down_smooth),
+                          layer.input_norm.data_ptr(), layer.post_norm.data_ptr(), layer.k_cache.data_ptr(),
+                          layer.v_cache.data_ptr(), layer.k_scale, layer.v_scale)
 
 
 class NativeKernels:
@@ -59,6 +144,11 @@ class NativeKernels:
         library.gemm_bf16_available.restype = c.c_int
         library.gemm_int4.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
         library.unpack_int4.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_int, c.c_void_p]
+        library.decode_layers.argtypes = [c.POINTER(_ModelDesc), c.c_void_p, c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p,
+                                          c.c_void_p, c.c_void_p, c.c_int]
+        library.decode_layers.restype = c.c_int
+        library.decode_kind_supported.argtypes = [c.c_int]
+        library.decode_kind_supported.restype = c.c_int
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         for fn in (library.rms_norm, library.add_rms_norm, library.silu_mul, library.rope, library.decode_attention, library.gemm_int8,
                    library.gemm_bf16, library.gemm_int4, library.unpack_int4):
@@ -123,6 +213,18 @@ class NativeKernels:
                                    ACTIVATION_KINDS[str(q.dtype)], CACHE_KINDS[str(k_cache.dtype)])
         return out
 
+
+    def decode_kind_supported(self, kind: int) -> bool:
+        return bool(self._lib.decode_kind_supported(kind))
+
+    def decode_layers(self, model: DecodeModel, h, x, positions, slots, block_tables, context_lens) -> bool:
+        """Every decoder layer of a decode-only step (csrc/decode_step.c): h [batch, hidden] contiguous, the
+        embedded tokens, becomes the last residual stream; x (like h) receives the final-normed hidden states.
+        positions, slots, context_lens int64 [batch]; block_tables int64 [batch, max_blocks]. False (nothing
+        written) where a linear's kernel is not compiled into this library: see `decode_kind_supported`."""
+        return self._lib.decode_layers(ctypes.byref(model.desc), h.data_ptr(), x.data_ptr(), h.shape[0],
+                                       positions.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
+                                       context_lens.data_ptr(), block_tables.shape[1]) == 0
 
     # --- weight-only GEMMs (x [M, K] in the activation dtype → [M, N]) --------------------------------
 
@@ -198,7 +300,8 @@ def load() -> NativeKernels | None:
         log.warning("no C compiler (gcc/cc/clang or $CC): the CPU engine runs norms, RoPE and attention as "
                     "separate torch ops, slower per step; install gcc for the fused kernels")
     else:
-        code = resources.files("toolkit.engine.runtime").joinpath("csrc", "decode_kernels.c").read_bytes()
+        csrc = resources.files("toolkit.engine.runtime").joinpath("csrc")
+        code = b"\n".join(csrc.joinpath(name).read_bytes() for name in SOURCES)
         try:
             path = compiled_library("engine_kernels", "libtoolkit_engine_kernels.so", "decode_kernels.c", code, cc,
                                     _FLAGS, extra_key=_cpu_model())

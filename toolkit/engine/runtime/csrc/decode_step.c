@@ -1,0 +1,170 @@
+/* A whole decode step's decoder layers in one call (compiled after decode_kernels.c, in the same unit).
+ *
+ * Why: at batch 1 the step's GEMMs on `small` take a few milliseconds, and calling the fused kernels
+ * one by one from Python (about a dozen calls per layer, each with its tensor allocations, views and
+ * ctypes argument conversion) added ~1.1 ms per step: a third of an int4 step. Here the same kernels
+ * run in the same order on the same data, driven by a description of the model built once at load
+ * (model_t below, mirrored by ctypes structures in native_kernels.py), so the result is bit-identical
+ * to the Python-driven path (tests/test_native_kernels.py holds it to that).
+ *
+ * Scope: decode-only steps (one new token per sequence) with bf16 or fp32 activations, fused q/k/v and
+ * gate/up GEMMs, and every linear on one of the few-row C GEMMs (the runner checks, else keeps Python).
+ */
+
+enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3 };
+
+typedef struct {
+    int32_t kind, n, k, group, act_quant;
+    float input_scale;
+    const void *weight;
+    const float *scale;          /* int8: per output row; int4: [n, k / group] */
+    const int32_t *weight_sums;  /* LIN_INT8_VNNI: sum of each output row's int8 weights */
+    const void *smooth;          /* AWQ / SmoothQuant pre_quant_scale multiplied into the input, or NULL */
+} linear_t;
+
+typedef struct {
+    linear_t qkv, o, gate_up, down;
+    const void *input_norm, *post_norm;
+    void *k_cache, *v_cache;
+    float k_scale, v_scale;
+} layer_t;
+
+typedef struct {
+    int32_t num_layers, hidden, heads, kv_heads, head_dim, inter, act_kind, cache_kind, block_size;
+    float eps;
+    const void *cos, *sin, *final_norm;
+    const layer_t *layers;
+    int32_t stub_gemms; /* benchmarks only (perf/engine_bench.py): GEMMs and attention write zeros instead */
+} model_t;
+
+#if defined(__AVX512VNNI__) && defined(HAVE_GEMM_INT8_VNNI)
+void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,
+                    int N, void *y, int kind, float input_scale);
+#endif
+
+static inline size_t act_size(int kind) { return kind == F32 ? 4 : 2; }
+
+int decode_kind_supported(int kind) {
+#if defined(__AVX512VNNI__) && defined(HAVE_GEMM_INT8_VNNI)
+    if (kind == LIN_INT8_VNNI) return 1;
+#endif
+#if defined(__AVX512BF16__)
+    if (kind == LIN_BF16 || kind == LIN_INT4) return 1;
+#endif
+    return kind == LIN_INT8;
+}
+
+/* y [M, n] = linear(x [M, k]); x is scratch the smoothing may overwrite. */
+static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int stub) {
+    if (l->smooth != NULL) {
+        float row[l->k], s[l->k];
+        load_row(s, l->smooth, 0, l->k, act, 1.0f);
+        for (int64_t m = 0; m < M; m++) {
+            load_row(row, x, m * l->k, l->k, act, 1.0f);
+            for (int i = 0; i < l->k; i++) row[i] = round_to(row[i] * s[i], act);
+            store_row(x, m * l->k, row, l->k, act);
+        }
+    }
+    if (stub) {
+        memset(y, 0, (size_t)M * l->n * act_size(act));
+        return;
+    }
+    switch (l->kind) {
+    case LIN_BF16: gemm_bf16((const uint16_t *)x, M, l->k, (const uint16_t *)l->weight, l->n, (uint16_t *)y); break;
+    case LIN_INT8:
+        gemm_int8(x, M, l->k, (const int8_t *)l->weight, l->scale, l->n, y, act, l->act_quant, l->input_scale);
+        break;
+    case LIN_INT4:
+        gemm_int4((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
+        break;
+#if defined(__AVX512VNNI__) && defined(HAVE_GEMM_INT8_VNNI)
+    case LIN_INT8_VNNI:
+        gemm_int8_vnni(x, M, l->k, (const int8_t *)l->weight, l->scale, l->weight_sums, l->n, y, act, l->input_scale);
+        break;
+#endif
+    }
+}
+
+/* v rounded to float8_e4m3fn's byte (|v| <= 448, as the cache clamps first; round to nearest even). */
+static uint8_t e4m3_byte(float v) {
+    if (v != v) return 0x7f;
+    uint8_t sign = signbit(v) ? 0x80 : 0;
+    float r = fabsf(round_e4m3(v));
+    if (r == 0.0f) return sign;
+    int e;
+    float f = frexpf(r, &e); /* r = 2f * 2^(e-1), 2f in [1, 2) */
+    if (e - 1 < -6) return sign | (uint8_t)lrintf(r * 512.0f); /* subnormal: r = man * 2^-9 */
+    return sign | (uint8_t)((e - 1 + 7) << 3) | (uint8_t)lrintf((2.0f * f - 1.0f) * 8.0f);
+}
+
+/* The new tokens' K and V (rotated, in the qkv rows) into the cache at their slots, encoded as
+ * kv_cache.py's PagedKVCache.write does: a copy for the compute dtype, else value / scale rounded to
+ * int8 (clamped to +-127) or to fp8 (clamped to +-448). */
+static void write_kv(const model_t *m, const layer_t *l, const void *qkv, int64_t batch, int qkv_n,
+                     const int64_t *slots) {
+    const int kv = m->kv_heads * m->head_dim, q = m->heads * m->head_dim, act = m->act_kind, cache = m->cache_kind;
+    const size_t es = act_size(act);
+    for (int64_t b = 0; b < batch; b++)
+        for (int part = 0; part < 2; part++) {
+            void *dst = part ? l->v_cache : l->k_cache;
+            int64_t from = b * qkv_n + q + (int64_t)part * kv, to = slots[b] * kv;
+            if (cache == act) {
+                memcpy((char *)dst + to * es, (const char *)qkv + from * es, (size_t)kv * es);
+                continue;
+            }
+            float row[kv], scale = part ? l->v_scale : l->k_scale;
+            load_row(row, qkv, from, kv, act, 1.0f);
+            for (int i = 0; i < kv; i++) {
+                float x = row[i] / scale;
+                if (cache == I8) {
+                    float r = nearbyintf(x);
+                    ((int8_t *)dst)[to + i] = (int8_t)(r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r);
+                } else {
+                    ((uint8_t *)dst)[to + i] = e4m3_byte(x < -448.0f ? -448.0f : x > 448.0f ? 448.0f : x);
+                }
+            }
+        }
+}
+
+/* Every decoder layer for `batch` sequences decoding one token each. h [batch, hidden]: the embedded
+ * tokens, updated in place to the last residual stream; x [batch, hidden]: receives the final-normed
+ * hidden states (lm_head's input). positions, slots [batch]; block_tables [batch, max_blocks];
+ * context_lens [batch] (after this step's write). Returns 0, or -1 (having written nothing) if a linear's
+ * kind is not compiled into this library or memory ran out. */
+int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64_t *positions, const int64_t *slots,
+                  const int64_t *block_tables, const int64_t *context_lens, int max_blocks) {
+    const int act = m->act_kind, hd = m->head_dim, q = m->heads * hd, kv = m->kv_heads * hd;
+    const int qkv_n = q + 2 * kv;
+    const size_t es = act_size(act);
+    char *qkv = malloc(batch * qkv_n * es), *qbuf = malloc(batch * q * es), *attn = malloc(batch * q * es);
+    char *gate_up = malloc(batch * 2 * m->inter * es), *mid = malloc(batch * m->inter * es);
+    char *delta = malloc(batch * m->hidden * es);
+    int ok = qkv && qbuf && attn && gate_up && mid && delta;
+    for (int i = 0; ok && i < m->num_layers; i++) {
+        const layer_t *l = &m->layers[i];
+        ok = decode_kind_supported(l->qkv.kind) && decode_kind_supported(l->o.kind) &&
+             decode_kind_supported(l->gate_up.kind) && decode_kind_supported(l->down.kind);
+    }
+    if (ok) rms_norm(h, m->layers[0].input_norm, x, batch, m->hidden, m->eps, act);
+    for (int i = 0; ok && i < m->num_layers; i++) {
+        const layer_t *l = &m->layers[i];
+        run_linear(&l->qkv, x, batch, qkv, act, m->stub_gemms);
+        rope(qkv, qkv_n, positions, m->cos, m->sin, batch, m->heads, hd, act);
+        rope(qkv + q * es, qkv_n, positions, m->cos, m->sin, batch, m->kv_heads, hd, act);
+        write_kv(m, l, qkv, batch, qkv_n, slots);
+        for (int64_t b = 0; b < batch; b++) memcpy(qbuf + b * q * es, qkv + b * qkv_n * es, q * es);
+        if (m->stub_gemms) memset(attn, 0, batch * q * es);
+        else
+            decode_attention(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn, (int)batch, m->heads,
+                             m->kv_heads, hd, max_blocks, m->block_size, l->k_scale, l->v_scale, act, m->cache_kind);
+        run_linear(&l->o, attn, batch, delta, act, m->stub_gemms);
+        add_rms_norm(h, delta, l->post_norm, x, batch, m->hidden, m->eps, act);
+        run_linear(&l->gate_up, x, batch, gate_up, act, m->stub_gemms);
+        silu_mul(gate_up, mid, batch, m->inter, act);
+        run_linear(&l->down, mid, batch, delta, act, m->stub_gemms);
+        add_rms_norm(h, delta, i + 1 < m->num_layers ? m->layers[i + 1].input_norm : m->final_norm, x, batch,
+                     m->hidden, m->eps, act);
+    }
+    free(qkv), free(qbuf), free(attn), free(gate_up), free(mid), free(delta);
+    return ok ? 0 : -1;
+}
