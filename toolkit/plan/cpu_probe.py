@@ -29,15 +29,17 @@ from toolkit.plan.hardware import HardwareSpec
 from toolkit.quantize.formats import DTYPES
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 6  # bump when the probe measures differently: older caches are measured again
+VERSION = 7  # bump when the probe measures differently: older caches are measured again
 KERNELS = ("fp32", "bf16", "int8", "int4")
 INT4_GROUP = 128
-# The CPU engine's cost per decode step beyond its GEMMs (dispatch, norms, RoPE, attention at a few hundred
-# tokens of context), measured by perf/engine_bench.py with the GEMMs stubbed out (2026-11-23, 2 threads):
-# small (16 layers) 1.7 ms, tiny (2 layers) 0.3-0.5 ms at batch 1: about this constant plus this per layer.
+# The CPU engine's cost per decode step beyond its GEMMs and attention (the step's Python: batch plan,
+# embedding, lm_head's input; in C: norms, RoPE, KV writes), measured by perf/engine_bench.py with GEMMs and
+# attention stubbed out (2026-11-23 22:00, 2 threads, decode layers in one C call): small (16 layers)
+# 0.30-0.32 ms at batch 1 (1.1-1.6 ms before that call replaced a dozen Python calls per layer): about
+# this constant plus this per layer. Without a C compiler (torch ops) it is several times more.
 # The planner uses it unless told (config plan.cpu_step_overhead_ms, `toolkit plan --step-overhead-ms`).
-DEFAULT_STEP_OVERHEAD_S = 0.2e-3
-DEFAULT_LAYER_OVERHEAD_S = 0.09e-3
+DEFAULT_STEP_OVERHEAD_S = 0.15e-3
+DEFAULT_LAYER_OVERHEAD_S = 0.01e-3
 
 
 def default_step_overhead_s(num_layers: int) -> float:
