@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.engine.runtime.checkpoint import LinearWeights, load_checkpoint
-from toolkit.engine.runtime.kernels import NATIVE_BF16_ROWS, DenseLinear, can_fuse, make_linear
+from toolkit.engine.runtime.kernels import DenseLinear, can_fuse, make_linear
 from toolkit.engine.runtime.kv_cache import PagedKVCache
 from toolkit.engine.runtime.step import StepInput
 
@@ -161,7 +161,7 @@ class ModelRunner:
         if self.native is None:
             return "torch ops"
         return ("fused C (norms, RoPE, SwiGLU, paged decode attention, few-row GEMMs)"
-                + ("; decode steps of up to %d sequences in one C call" % NATIVE_BF16_ROWS if self.decoder else ""))
+                + (f"; decode steps of up to {self.decoder.max_rows} sequences in one C call" if self.decoder else ""))
 
     def _native_decoder(self):
         """The decoder layers described for the one-call C decode step (native_kernels.DecodeModel), or None
@@ -309,7 +309,7 @@ class ModelRunner:
         plan = self._attention_plan(step)
         logits_indices = step.logits_indices.to(self.device)
         if (self.decoder is not None and plan[0] is not None and not plan[1]
-                and step.num_tokens <= NATIVE_BF16_ROWS):  # decode only, within the C GEMMs' row tile
+                and step.num_tokens <= self.decoder.max_rows):  # decode only, where the C GEMMs beat torch's
             _, tables, lens = plan[0]
             h = self.embed[token_ids].contiguous()
             x = torch.empty_like(h)

@@ -74,6 +74,7 @@ class NativeLinear:
     weight: object  # torch.Tensor [n, k] (int4: packed bytes [n, k / 2])
     n: int
     k: int
+    max_rows: int  # up to this many rows this C GEMM beats torch's (kernels.py); a decode step takes the least
     scale: object = None  # fp32: per output row (int8) or [n, k / group] (int4)
     weight_sums: object = None  # int32 [n] (LIN_INT8_VNNI)
     group: int = 0
@@ -104,6 +105,7 @@ class DecodeModel:
     def __init__(self, layers: list[NativeLayer], *, hidden: int, heads: int, kv_heads: int, head_dim: int,
                  inter: int, block_size: int, eps: float, cos, sin, final_norm):
         self._keep = [cos, sin, final_norm, layers]
+        self.max_rows = min(lin.max_rows for layer in layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down))
         self._layers = (_LayerDesc * len(layers))(*[self._layer(layer) for layer in layers])
         first = layers[0]
         self.desc = _ModelDesc(len(layers), hidden, heads, kv_heads, head_dim, inter,
