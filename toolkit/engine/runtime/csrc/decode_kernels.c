@@ -55,15 +55,34 @@ static inline uint16_t f32_to_bf16(float f) {
 static inline void load_row(float *dst, const void *src, int64_t at, int n, int kind, float scale) {
     switch (kind) {
     case F32: memcpy(dst, (const float *)src + at, (size_t)n * 4); break;
-    case BF16: { const uint16_t *s = (const uint16_t *)src + at; for (int i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]); break; }
+    case BF16: {
+        const uint16_t *s = (const uint16_t *)src + at;
+        int i = 0;
+#ifdef __AVX512F__
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                          _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i))), 16)));
+#endif
+        for (; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+        break;
+    }
     case I8: { const int8_t *s = (const int8_t *)src + at; for (int i = 0; i < n; i++) dst[i] = (float)s[i] * scale; break; }
     default: { const uint8_t *s = (const uint8_t *)src + at; for (int i = 0; i < n; i++) dst[i] = fp8_table[s[i]] * scale; break; }
     }
 }
 
 static inline void store_row(void *dst, int64_t at, const float *src, int n, int kind) {
-    if (kind == F32) memcpy((float *)dst + at, src, (size_t)n * 4);
-    else { uint16_t *d = (uint16_t *)dst + at; for (int i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]); }
+    if (kind == F32) {
+        memcpy((float *)dst + at, src, (size_t)n * 4);
+        return;
+    }
+    uint16_t *d = (uint16_t *)dst + at;
+    int i = 0;
+#ifdef __AVX512BF16__
+    for (; i + 16 <= n; i += 16) /* the instruction rounds to nearest even and keeps NaN a NaN, as f32_to_bf16 */
+        _mm256_storeu_si256((__m256i *)(d + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+#endif
+    for (; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
 /* Rounds v to the activation dtype, as a torch op whose output has that dtype would. */
@@ -98,19 +117,6 @@ void add_rms_norm(void *h, const void *delta, const void *w, void *out, int64_t 
         store_row(h, t * hidden, row, hidden, kind);
     }
     rms_norm(h, w, out, tokens, hidden, eps, kind);
-}
-
-/* SwiGLU's middle: out[t, i] = to_dtype(to_dtype(silu(gate)) * up) for gate_up[t] = [gate | up], as
- * `F.silu(gate) * up` rounds. */
-void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kind) {
-    #pragma omp parallel for if (tokens > 4)
-    for (int64_t t = 0; t < tokens; t++) {
-        float g[inter], u[inter];
-        load_row(g, gate_up, t * 2 * inter, inter, kind, 1.0f);
-        load_row(u, gate_up, t * 2 * inter + inter, inter, kind, 1.0f);
-        for (int i = 0; i < inter; i++) g[i] = round_to(round_to(g[i] / (1.0f + expf(-g[i])), kind) * u[i], kind);
-        store_row(out, t * inter, g, inter, kind);
-    }
 }
 
 /* In place on x, `heads` heads of head_dim per token, token t's first head at t * row_stride (so the q or
@@ -285,6 +291,43 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
             store_row(out, at, o, head_dim, act_kind);
             free(scores);
         }
+    }
+}
+
+/* SwiGLU's middle: out[t, i] = to_dtype(to_dtype(silu(gate)) * up) for gate_up[t] = [gate | up], as
+ * `F.silu(gate) * up` rounds. Vectorized: a scalar expf per element cost 1.3 ms per layer for a 128-token
+ * prefill of `small` (a fifth of its TTFT). */
+#ifdef __AVX512F__
+static inline __m512 round_to16(__m512 v, int kind) {
+    if (kind != BF16) return v;
+    __m512i u = _mm512_castps_si512(v); /* round to nearest even at bit 16, as f32_to_bf16 (finite values) */
+    __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(u, bias), _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* silu(g) = g / (1 + e^-g), with e^-|g| only (exp512 takes x <= 0): g * e / (1 + e) where g < 0. */
+static inline __m512 silu16(__m512 g) {
+    __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
+    __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return _mm512_div_ps(_mm512_mask_mul_ps(g, neg, g, e), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+#endif
+
+void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kind) {
+    #pragma omp parallel for if (tokens > 4)
+    for (int64_t t = 0; t < tokens; t++) {
+        float g[inter], u[inter];
+        load_row(g, gate_up, t * 2 * inter, inter, kind, 1.0f);
+        load_row(u, gate_up, t * 2 * inter + inter, inter, kind, 1.0f);
+        int i = 0;
+#ifdef __AVX512F__
+        for (; i + 16 <= inter; i += 16) {
+            __m512 a = round_to16(silu16(_mm512_loadu_ps(g + i)), kind);
+            _mm512_storeu_ps(g + i, round_to16(_mm512_mul_ps(a, _mm512_loadu_ps(u + i)), kind));
+        }
+#endif
+        for (; i < inter; i++) g[i] = round_to(round_to(g[i] / (1.0f + expf(-g[i])), kind) * u[i], kind);
+        store_row(out, t * inter, g, inter, kind);
     }
 }
 
