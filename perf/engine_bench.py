@@ -11,7 +11,9 @@ configs/cpu-small.yaml --qformat Q` for Q in none fp8 int8_sq int4_awq w4a8_awq)
 What is timed (the runner alone: no scheduler, no server, no sampling):
 - TTFT: one prefill step of ISL tokens (best of 3).
 - ITL at batch B: B sequences prefilled with ISL tokens, then OSL decode steps; the median step,
-  best of --repeats runs (this VM's speed drifts between runs). tok/s = B / that step. llama.cpp the same.
+  best of --repeats runs (this VM's speed drifts between runs). tok/s = B / that step. llama.cpp the same
+  at batch 1 (llama-cpp-python); at B > 1 its own llama-batched-bench (B sequences decoding in one batch,
+  as llama-server's parallel slots), where `bash perf/setup_peers.sh` built it.
 - floor: (weight bytes + KV bytes read) / bandwidth, the bandwidth probed in this run as a decode
   step reads memory (toolkit.plan.cpu_probe: the fastest batch-1 GEMV streaming 128 MiB).
 - step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
@@ -209,6 +211,37 @@ def bench_llamacpp(model_dir: Path, kind: str, isl: int, osl: int, threads: int)
         return None
 
 
+BATCHED_BENCH = PEERS / "llama.cpp" / "build-bench" / "bin" / "llama-batched-bench"
+
+
+def bench_llamacpp_batched(model_dir: Path, kind: str, isl: int, osl: int, threads: int, batches: list[int],
+                           repeats: int) -> dict | None:
+    """llama.cpp's llama-batched-bench: B sequences of ISL prompt tokens each, then OSL decode steps of all
+    B in one batch (what llama-server does with B parallel slots). Per B: the decode step (ITL) and output
+    tokens/s of that phase, best of `repeats` runs."""
+    if not BATCHED_BENCH.is_file():
+        return None
+    best: dict[int, dict] = {}
+    try:
+        gguf = _gguf(model_dir, kind)
+        ctx = max(batches) * (isl + osl) + 64
+        for _ in range(repeats):
+            out = subprocess.run([str(BATCHED_BENCH), "-m", str(gguf), "-c", str(ctx), "-b", "2048", "-ub", "512",
+                                  "-npp", str(isl), "-ntg", str(osl), "-npl", ",".join(map(str, batches)),
+                                  "-t", str(threads), "-tb", str(threads), "--output-format", "jsonl"],
+                                 check=True, capture_output=True, text=True)
+            for line in out.stdout.splitlines():
+                if line.startswith("{"):
+                    r = json.loads(line)
+                    itl_ms = r["t_tg"] / r["tg"] * 1e3
+                    if r["pl"] not in best or itl_ms < best[r["pl"]]["itl_ms"]:
+                        best[r["pl"]] = {"itl_ms": itl_ms, "tok_s": r["speed_tg"]}
+    except (subprocess.CalledProcessError, OSError, json.JSONDecodeError, KeyError) as e:
+        print(f"llama-batched-bench {kind}: not measured ({getattr(e, 'stderr', '') or e})"[:300], file=sys.stderr)
+        return None
+    return best
+
+
 # --- the table -------------------------------------------------------------------------------------
 
 def main() -> None:
@@ -276,8 +309,13 @@ def main() -> None:
         for kind in ("f16", "bf16", "q8_0", "q4_0"):
             p = bench_llamacpp(build / "models" / args.model, kind, args.isl, args.osl, threads)
             if p:
+                p["batched"] = bench_llamacpp_batched(build / "models" / args.model, kind, args.isl, args.osl, threads,
+                                                      batches, args.repeats)
                 peers[kind] = p
-                print(f"llama.cpp {kind:5s} TTFT {p['ttft_ms']:.1f} ms  ITL {p['itl_ms']:.2f} ms", flush=True)
+                batched = "  ".join(f"B{b} {v['itl_ms']:.2f}ms/{v['tok_s']:.0f}tok/s"
+                                    for b, v in sorted((p["batched"] or {}).items()))
+                print(f"llama.cpp {kind:5s} TTFT {p['ttft_ms']:.1f} ms  ITL {p['itl_ms']:.2f} ms  batched: "
+                      f"{batched or 'not measured (bash perf/setup_peers.sh builds llama-batched-bench)'}", flush=True)
     elif not args.no_peers:
         print("peers: not set up (bash perf/setup_peers.sh)")
     print()
@@ -291,19 +329,23 @@ def markdown_table(rows: dict, peers: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 / floor | "
             + " | ".join(f"B={b} / roofline" for b in batches)
-            + " | planner B=1 ms (error) | llama.cpp ITL ms (B=1 ratio) |")
+            + " | planner B=1 ms (error) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for q, r in rows.items():
         itl, roof = r["itl_ms"], r["roofline_ms"]
         planner = r["planner_ms"][batches[0]]
         peer = [f"{k} {peers[k]['itl_ms']:.2f} (x{itl[batches[0]] / peers[k]['itl_ms']:.2f})"
                 for k in PEER_FOR[q] if k in peers]
+        batched = [f"{k} " + ", ".join(f"B={b} {v['tok_s']:.0f} (x{b / itl[b] * 1e3 / v['tok_s']:.2f})"
+                                       for b, v in sorted(peers[k]["batched"].items()) if b in itl and b > 1)
+                   for k in PEER_FOR[q] if k in peers and peers[k].get("batched")]
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
                      + " | ".join(f"{itl[b]:.2f}" for b in batches)
                      + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f}"
                      + f" | {itl[batches[0]] / r['floor_ms']:.2f} | "
                      + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
-                     + f" | {planner:.2f} ({(planner / itl[batches[0]] - 1) * 100:+.0f} %) | {'; '.join(peer) or '-'} |")
+                     + f" | {planner:.2f} ({(planner / itl[batches[0]] - 1) * 100:+.0f} %) | {'; '.join(peer) or '-'}"
+                     + f" | {'; '.join(batched) or '-'} |")
     return "\n".join(lines)
 
 

@@ -24,6 +24,14 @@ if [ ! -d "$peers/llama.cpp" ]; then
   mv "$peers"/llama_cpp_python-*/vendor/llama.cpp "$peers/llama.cpp"
   rm -rf "$peers"/llama_cpp_python-*/
 fi
+# llama.cpp's own batched benchmark (N parallel sequences decoding in one batch, as llama-server's slots do):
+# only that target, from the same vendored source (~6 min on 2 cores).
+if [ ! -x "$peers/llama.cpp/build-bench/bin/llama-batched-bench" ]; then
+  cmake -S "$peers/llama.cpp" -B "$peers/llama.cpp/build-bench" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null \
+    && cmake --build "$peers/llama.cpp/build-bench" --target llama-batched-bench -j "$(nproc)" >/dev/null \
+    || echo "llama-batched-bench did not build: the peer table has no multi-stream rows"
+fi
 # The converter's own needs (CPU torch from its own index would download ~200 MB more: reuse numpy-only path).
 "$py" -m pip install -q "gguf==0.19.0" "numpy<2" sentencepiece safetensors "transformers>=4.45" \
   || echo "converter dependencies did not install: GGUF conversion will be skipped"
