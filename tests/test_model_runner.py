@@ -305,7 +305,7 @@ def test_fp8_kv_cache_is_honoured(quantized, hf_model):
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8", "fp8"])
-@pytest.mark.parametrize("qformat", ["none", "int8_sq", "int4_awq", "fp8"])
+@pytest.mark.parametrize("qformat", ["none", "int8_sq", "int4_awq", "w4a8_awq", "fp8"])
 def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_model_dir, qformat, kv_cache_dtype,
                                                                monkeypatch):
     """Decode-only steps run all decoder layers in one C call (csrc/decode_step.c): the same kernels in the

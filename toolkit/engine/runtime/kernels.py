@@ -158,10 +158,11 @@ class Int4Linear(Linear):
     def native_linear(self):
         from toolkit.engine.runtime.native_kernels import LIN_INT4, NativeLinear
 
-        if self.native is None or self.act_quant is not None:  # W4A8's fp8 activation rounding stays in torch
+        if self.native is None:
             return None
+        input_scale = 1.0 if self.input_scale is None else float(self.input_scale)
         return NativeLinear(LIN_INT4, self.packed, self.out_features, self.in_features, WIDEN_ROWS - 1,
-                            self.scales_fp32, group=self.group_size)
+                            self.scales_fp32, group=self.group_size, act_quant=self.act_quant, input_scale=input_scale)
 
 
 class Int8Linear(Linear):

@@ -9,6 +9,7 @@
  *
  * Scope: decode-only steps (one new token per sequence) with bf16 or fp32 activations, fused q/k/v and
  * gate/up GEMMs, and every linear on one of the few-row C GEMMs (the runner checks, else keeps Python).
+ * x rounded to the activation format ModelOpt calibrated happens inside the int8 GEMMs, and here for int4.
  */
 
 enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3 };
@@ -75,6 +76,11 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         gemm_int8(x, M, l->k, (const int8_t *)l->weight, l->scale, l->n, y, act, l->act_quant, l->input_scale);
         break;
     case LIN_INT4:
+        if (l->act_quant) { /* W4A8: activations rounded to fp8 first, as kernels.Int4Linear does in torch */
+            float *rounded = widen_activations(x, M, l->k, act, l->act_quant, l->input_scale);
+            for (int64_t m = 0; m < M; m++) store_row(x, m * l->k, rounded + m * l->k, l->k, act);
+            free(rounded);
+        }
         gemm_int4((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
         break;
 #if defined(__AVX512VNNI__) && defined(HAVE_GEMM_INT8_VNNI)
