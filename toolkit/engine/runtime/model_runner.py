@@ -165,7 +165,8 @@ class ModelRunner:
 
     def _native_decoder(self):
         """The decoder layers described for the one-call C decode step (native_kernels.DecodeModel), or None
-        where some part does not run on the C kernels (no compiler, no AVX512-BF16 for bf16/int4, unfused q/k/v or gate/up)."""
+        where some part does not run on the C kernels (no compiler, no AVX512-BF16 for bf16/int4, unfused
+        q/k/v or gate/up)."""
         if self.native is None:
             return None
         from toolkit.engine.runtime.native_kernels import DecodeModel, NativeLayer
