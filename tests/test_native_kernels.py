@@ -192,7 +192,7 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     from toolkit.engine.runtime import kernels as linear_kernels
 
     calls = []
-    for name in ("gemm_bf16", "gemm_int8", "gemm_int4", "unpack_int4"):
+    for name in ("gemm_bf16", "gemm_int8", "gemm_int8_vnni", "gemm_int4", "unpack_int4"):
         original = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
     dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)
@@ -201,6 +201,10 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     int4 = linear_kernels.Int4Linear(torch.randint(-8, 8, (64, 768)), torch.rand(64, 6), 128, torch.bfloat16,
                                      native=kernels)
     cases = [(int8, "gemm_int8", linear_kernels.NATIVE_INT8_ROWS, [])]
+    if kernels.has_int8_vnni:  # INT8-SQ (int8 activations) on the integer kernel
+        int8_sq = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
+                                            torch.bfloat16, "int8", torch.tensor(0.02), native=kernels)
+        cases.append((int8_sq, "gemm_int8_vnni", linear_kernels.NATIVE_INT8_VNNI_ROWS, []))
     if kernels.has_bf16_gemm:  # int4 in the fused layout, prefill widened to bf16 for the dense GEMM
         cases += [(dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS, []),
                   (int4, "gemm_int4", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4"])]
@@ -253,3 +257,28 @@ def test_residual_add_into_rms_norm_and_swiglu_round_as_the_torch_ops(kernels, d
     gate_up = torch.randn(4, 2 * 512, generator=gen).to(dt)
     gate, up = gate_up.chunk(2, dim=-1)
     assert (kernels.silu_mul(gate_up).float() - (F.silu(gate) * up).float()).abs().max().item() < tolerance
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 13])
+@pytest.mark.parametrize("in_features", [768, 200])
+def test_int8_sq_gemm_on_vnni_is_exact_in_integers(kernels, rows, in_features):
+    """INT8-SQ on VNNI: x rounded to int8 at input_scale (ties to even, clamped to [-128, 127]) times the int8
+    weights summed exactly in integers, then scaled: equal to that integer reference up to the final rounding."""
+    import torch
+
+    if not kernels.has_int8_vnni:
+        pytest.skip("this CPU has no AVX512-VNNI: INT8-SQ stays on the widening kernel")
+    gen = torch.Generator().manual_seed(rows * in_features)
+    input_scale = 0.02
+    x = torch.randn(rows, in_features, generator=gen) * 1.5
+    x[0, :6] = torch.tensor([1e4, -1e4, 0.5 * input_scale, 1.5 * input_scale, -2.5 * input_scale, 0.0])
+    w = torch.randint(-127, 128, (300, in_features), generator=gen, dtype=torch.int8)
+    scale = torch.rand(300, generator=gen) * 0.01
+    for act in (torch.float32, torch.bfloat16):
+        xa = x.to(act)
+        q = torch.round(xa.float() / input_scale).clamp(-128, 127).to(torch.int64)  # round() ties to even
+        exact = (q @ w.to(torch.int64).t()).double() * input_scale * scale.double()[None, :]
+        got = kernels.gemm_int8_vnni(xa, w, scale, w.sum(dim=1, dtype=torch.int32), input_scale)
+        assert got.dtype == act
+        rel = 1e-6 if act == torch.float32 else 2 ** -8
+        assert ((got.double() - exact).abs() <= rel * exact.abs() + 1e-6).all()

@@ -33,6 +33,7 @@ NATIVE_INT8_ROWS = 8
 # C GEMMs to more rows than a lone linear would: measured on `small`, 16 sequences bf16 31.8 vs 34.5 ms,
 # int4 24.9 vs 26.2; int8 on the widening kernel 47.5 vs 42.4 (so int8 stays at its own limit).
 STEP_BF16_ROWS = 16
+NATIVE_INT8_VNNI_ROWS = 16  # INT8-SQ's integer kernel (VNNI)
 _warned: set[str] = set()
 
 
@@ -169,11 +170,16 @@ class Int8Linear(Linear):
     """int8 weights with a per-output-channel scale (SmoothQuant's weights; activations fake-quantized to int8)."""
 
     def __init__(self, values, scales, dtype, act_quant=None, input_scale=None, native=None):
+        import torch
+
         self.weight = values.contiguous()
         self.scales = scales.to(dtype).contiguous()
         self.native = native
         self.scales_fp32 = scales.float().contiguous() if native is not None else None
         self.input_scale_value = 1.0 if input_scale is None else float(input_scale)
+        # INT8-SQ on VNNI: exact integer dot products (see decode_kernels.c), each weight row's sum precomputed
+        self.vnni = native is not None and native.has_int8_vnni and act_quant == "int8"
+        self.weight_sums = values.sum(dim=1, dtype=torch.int32).contiguous() if self.vnni else None
         self.act_quant, self.input_scale = act_quant, input_scale
         self.weight_format = "int8" + ("-a8" if act_quant else "")
         self.weight_bytes = self.weight.numel() + self.scales.numel() * self.scales.element_size()
@@ -184,6 +190,9 @@ class Int8Linear(Linear):
 
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
+        if self.vnni and x2.shape[0] <= NATIVE_INT8_VNNI_ROWS:
+            y = self.native.gemm_int8_vnni(x2, self.weight, self.scales_fp32, self.weight_sums, self.input_scale_value)
+            return y.reshape(*shape[:-1], self.weight.shape[0])
         if self.native is not None and x2.shape[0] <= NATIVE_INT8_ROWS:  # activation rounding fused in
             y = self.native.gemm_int8(x2, self.weight, self.scales_fp32, self.act_quant, self.input_scale_value)
             return y.reshape(*shape[:-1], self.weight.shape[0])
@@ -197,10 +206,13 @@ class Int8Linear(Linear):
         return y.reshape(*shape[:-1], self.weight.shape[0])
 
     def native_linear(self):
-        from toolkit.engine.runtime.native_kernels import LIN_INT8, NativeLinear
+        from toolkit.engine.runtime.native_kernels import LIN_INT8, LIN_INT8_VNNI, NativeLinear
 
         if self.native is None:
             return None
+        if self.vnni:
+            return NativeLinear(LIN_INT8_VNNI, self.weight, *self.weight.shape, NATIVE_INT8_VNNI_ROWS, self.scales_fp32,
+                                self.weight_sums, act_quant=self.act_quant, input_scale=self.input_scale_value)
         return NativeLinear(LIN_INT8, self.weight, *self.weight.shape, NATIVE_INT8_ROWS, self.scales_fp32,
                             act_quant=self.act_quant, input_scale=self.input_scale_value)
 

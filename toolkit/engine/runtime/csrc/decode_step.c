@@ -38,15 +38,10 @@ typedef struct {
     int32_t stub_gemms; /* benchmarks only (perf/engine_bench.py): GEMMs and attention write zeros instead */
 } model_t;
 
-#if defined(__AVX512VNNI__) && defined(HAVE_GEMM_INT8_VNNI)
-void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,
-                    int N, void *y, int kind, float input_scale);
-#endif
-
 static inline size_t act_size(int kind) { return kind == F32 ? 4 : 2; }
 
 int decode_kind_supported(int kind) {
-#if defined(__AVX512VNNI__) && defined(HAVE_GEMM_INT8_VNNI)
+#if defined(HAVE_GEMM_INT8_VNNI)
     if (kind == LIN_INT8_VNNI) return 1;
 #endif
 #if defined(__AVX512BF16__)
@@ -83,7 +78,7 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         }
         gemm_int4((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
         break;
-#if defined(__AVX512VNNI__) && defined(HAVE_GEMM_INT8_VNNI)
+#if defined(HAVE_GEMM_INT8_VNNI)
     case LIN_INT8_VNNI:
         gemm_int8_vnni(x, M, l->k, (const int8_t *)l->weight, l->scale, l->weight_sums, l->n, y, act, l->input_scale);
         break;
