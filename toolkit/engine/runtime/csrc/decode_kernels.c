@@ -203,62 +203,100 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* One query head against its kv head's paged context, 16 lanes at a time; `nv` = head_dim / 16 inlined as a
- * constant so q and the accumulator stay in registers (one pass per query head: K/V are re-read from L1/L2
- * per head of the group, cheaper than the stack spills of holding the whole group). */
-INLINE void attend_head(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table, int64_t ctx,
-                        int block_size, int kv_heads, int kvh, const int nv, float k_scale, float v_scale,
-                        int cache_kind, float *scores, float *out) {
+/* The 16 lanes of each of v[0..15] summed: lane i of the result is the sum of v[i]. A transpose-add tree
+ * (pairs within 128-bit lanes, then across them): ~3 operations per vector, where a horizontal reduce of
+ * each (what the per-token loop did first) costs ~8 and a dependent chain. */
+static inline __m512 sum_lanes16(const __m512 *v) {
+    __m512 a[8], c[4];
+    for (int i = 0; i < 8; i++) a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                                                     _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) c[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                                     _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 g0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 g1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(g0, g1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(g0, g1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Rows t0 .. t0+n-1 of one kv head's paged K or V widened to fp32 into tile[16][head_dim], rows past n zero.
+ * Token t lies at row table[t / block_size] * block_size + t % block_size. */
+INLINE void widen_tile(float *tile, const void *cache, const int64_t *table, int64_t t0, int n, int block_size,
+                       int kv_heads, int kvh, const int nv, float scale, int cache_kind) {
     const int head_dim = nv * 16;
-    __m512 qv[8], acc[8];
-    for (int j = 0; j < nv; j++) {
-        qv[j] = _mm512_loadu_ps(qf + 16 * j);
-        acc[j] = _mm512_setzero_ps();
-    }
-    /* Token t lies at row table[t / block_size] * block_size + t % block_size: stepping through the blocks
-     * avoids integer divisions per token (a third of this loop's time when it had them). */
-    int64_t row_stride = (int64_t)kv_heads * head_dim, base = 0;
-    float mx = -INFINITY;
-    for (int64_t t = 0, in_block = block_size, blk = 0; t < ctx; t++, in_block++, base += row_stride) {
-        if (in_block == block_size) {
-            base = (table[blk++] * block_size * kv_heads + kvh) * head_dim;
-            in_block = 0;
+    int64_t blk = t0 / block_size, off = t0 % block_size; /* one division per tile: per token they cost more than the rest */
+    for (int i = 0; i < 16; i++, off++) {
+        if (i >= n) {
+            for (int j = 0; j < nv; j++) _mm512_storeu_ps(tile + i * head_dim + 16 * j, _mm512_setzero_ps());
+            continue;
         }
-        __m512 d = _mm512_mul_ps(qv[0], load16(k_cache, base, cache_kind, k_scale));
-        for (int j = 1; j < nv; j++) d = _mm512_fmadd_ps(qv[j], load16(k_cache, base + 16 * j, cache_kind, k_scale), d);
-        float sc = _mm512_reduce_add_ps(d);
-        scores[t] = sc;
-        mx = sc > mx ? sc : mx;
+        if (off == block_size) blk++, off = 0;
+        int64_t at = ((table[blk] * block_size + off) * kv_heads + kvh) * head_dim;
+        for (int j = 0; j < nv; j++) _mm512_storeu_ps(tile + i * head_dim + 16 * j, load16(cache, at + 16 * j, cache_kind, scale));
     }
-    __m512 m16 = _mm512_set1_ps(mx), sum = _mm512_setzero_ps();
-    int64_t t = 0;
-    for (; t + 16 <= ctx; t += 16) {
-        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(scores + t), m16));
-        _mm512_storeu_ps(scores + t, e);
-        sum = _mm512_add_ps(sum, e);
-    }
-    if (t < ctx) {
-        __mmask16 tail = (__mmask16)((1u << (ctx - t)) - 1u);
-        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, scores + t), m16));
-        _mm512_mask_storeu_ps(scores + t, tail, e);
-        sum = _mm512_mask_add_ps(sum, tail, sum, e);
-    }
-    float inv = 1.0f / _mm512_reduce_add_ps(sum);
-    base = 0;
-    for (int64_t t2 = 0, in_block = block_size, blk = 0; t2 < ctx; t2++, in_block++, base += row_stride) {
-        if (in_block == block_size) {
-            base = (table[blk++] * block_size * kv_heads + kvh) * head_dim;
-            in_block = 0;
+}
+
+/* All `group` query heads of one kv head (q pre-scaled, fp32 [group][head_dim]) against its paged context,
+ * 16 tokens at a time: each K and V row is read and widened once for the whole group (not once per query
+ * head), the 16 scores of a head come out of one sum_lanes16, and `nv` = head_dim / 16 is a constant so
+ * the per-head accumulators stay in registers. scores: [group][ctx + 16] scratch; out: [group][head_dim]. */
+INLINE void attend_group(const float *qf, int group, const void *k_cache, const void *v_cache, const int64_t *table,
+                         int64_t ctx, int block_size, int kv_heads, int kvh, const int nv, float k_scale, float v_scale,
+                         int cache_kind, float *scores, float *out) {
+    const int head_dim = nv * 16;
+    const int64_t stride = ctx + 16;
+    float tile[16 * 128] __attribute__((aligned(64)));
+    for (int64_t t0 = 0; t0 < ctx; t0 += 16) {
+        int n = (int)(ctx - t0 < 16 ? ctx - t0 : 16);
+        widen_tile(tile, k_cache, table, t0, n, block_size, kv_heads, kvh, nv, k_scale, cache_kind);
+        for (int h = 0; h < group; h++) {
+            __m512 qv[8], d[16];
+            for (int j = 0; j < nv; j++) qv[j] = _mm512_loadu_ps(qf + h * head_dim + 16 * j);
+            for (int i = 0; i < 16; i++) {
+                d[i] = _mm512_mul_ps(qv[0], _mm512_load_ps(tile + i * head_dim));
+                for (int j = 1; j < nv; j++) d[i] = _mm512_fmadd_ps(qv[j], _mm512_load_ps(tile + i * head_dim + 16 * j), d[i]);
+            }
+            _mm512_mask_storeu_ps(scores + h * stride + t0, (__mmask16)((1u << n) - 1u), sum_lanes16(d));
         }
-        __m512 p = _mm512_set1_ps(scores[t2]);
-        for (int j = 0; j < nv; j++) acc[j] = _mm512_fmadd_ps(p, load16(v_cache, base + 16 * j, cache_kind, v_scale), acc[j]);
     }
-    for (int j = 0; j < nv; j++) _mm512_storeu_ps(out + 16 * j, _mm512_mul_ps(acc[j], _mm512_set1_ps(inv)));
+    float inv[8];
+    for (int h = 0; h < group; h++) { /* softmax: max, then exponentials and their sum, 16 at a time */
+        float *sc = scores + h * stride, mx = -INFINITY;
+        for (int64_t t = 0; t < ctx; t++) mx = sc[t] > mx ? sc[t] : mx;
+        __m512 m16 = _mm512_set1_ps(mx), sum = _mm512_setzero_ps();
+        for (int64_t t = 0; t < ctx; t += 16) {
+            __mmask16 live = ctx - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ctx - t)) - 1u);
+            __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sc + t), m16));
+            _mm512_mask_storeu_ps(sc + t, live, e);
+            sum = _mm512_mask_add_ps(sum, live, sum, e);
+        }
+        inv[h] = 1.0f / _mm512_reduce_add_ps(sum);
+        for (int j = 0; j < nv; j++) _mm512_storeu_ps(out + h * head_dim + 16 * j, _mm512_setzero_ps());
+    }
+    for (int64_t t0 = 0; t0 < ctx; t0 += 16) {
+        int n = (int)(ctx - t0 < 16 ? ctx - t0 : 16);
+        widen_tile(tile, v_cache, table, t0, n, block_size, kv_heads, kvh, nv, v_scale, cache_kind);
+        for (int h = 0; h < group; h++) {
+            __m512 acc[8];
+            const float *p = scores + h * stride + t0;
+            for (int j = 0; j < nv; j++) acc[j] = _mm512_loadu_ps(out + h * head_dim + 16 * j);
+            for (int i = 0; i < n; i++) {
+                __m512 pi = _mm512_set1_ps(p[i]);
+                for (int j = 0; j < nv; j++) acc[j] = _mm512_fmadd_ps(pi, _mm512_load_ps(tile + i * head_dim + 16 * j), acc[j]);
+            }
+            for (int j = 0; j < nv; j++) _mm512_storeu_ps(out + h * head_dim + 16 * j, acc[j]);
+        }
+    }
+    for (int h = 0; h < group; h++)
+        for (int j = 0; j < nv; j++)
+            _mm512_storeu_ps(out + h * head_dim + 16 * j,
+                             _mm512_mul_ps(_mm512_loadu_ps(out + h * head_dim + 16 * j), _mm512_set1_ps(inv[h])));
 }
 
 #endif
 
-/* One query token per sequence against its paged context, work split over (sequence, query head).
+/* One query token per sequence against its paged context, work split over (sequence, kv head).
  * q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim]
  * (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
  * context_lens: [batch]. Query head h reads kv head h / (heads / kv_heads), as HF's repeat_kv. */
@@ -266,30 +304,34 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
                       const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
                       int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
     init_fp8();
-    int group = heads / kv_heads;
-    float softmax_scale = 1.0f / sqrtf((float)head_dim);
+    const int group = heads / kv_heads;
+    const float softmax_scale = 1.0f / sqrtf((float)head_dim);
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < batch; b++) {
-        for (int h = 0; h < heads; h++) {
-            int64_t ctx = context_lens[b], at = ((int64_t)b * heads + h) * head_dim;
+        for (int kvh = 0; kvh < kv_heads; kvh++) {
+            int64_t ctx = context_lens[b], at = ((int64_t)b * heads + (int64_t)kvh * group) * head_dim;
             const int64_t *table = block_tables + (int64_t)b * max_blocks;
-            float qf[head_dim], o[head_dim];
-            float *scores = (float *)malloc(sizeof(float) * (size_t)(ctx + 16));
-            load_row(qf, q, at, head_dim, act_kind, 1.0f);
-            for (int i = 0; i < head_dim; i++) qf[i] *= softmax_scale;
+            float *qf = (float *)malloc(sizeof(float) * (size_t)(2 * group * head_dim));
+            float *o = qf + group * head_dim;
+            float *scores = (float *)malloc(sizeof(float) * (size_t)(group * (ctx + 16)));
+            load_row(qf, q, at, group * head_dim, act_kind, 1.0f);
+            for (int i = 0; i < group * head_dim; i++) qf[i] *= softmax_scale;
 #ifdef __AVX512F__
-            if (head_dim == 64)
-                attend_head(qf, k_cache, v_cache, table, ctx, block_size, kv_heads, h / group, 4, k_scale, v_scale,
-                            cache_kind, scores, o);
-            else if (head_dim == 128)
-                attend_head(qf, k_cache, v_cache, table, ctx, block_size, kv_heads, h / group, 8, k_scale, v_scale,
-                            cache_kind, scores, o);
-            else
+            if ((head_dim == 64 || head_dim == 128) && group <= 8) {
+                if (head_dim == 64)
+                    attend_group(qf, group, k_cache, v_cache, table, ctx, block_size, kv_heads, kvh, 4, k_scale, v_scale,
+                                 cache_kind, scores, o);
+                else
+                    attend_group(qf, group, k_cache, v_cache, table, ctx, block_size, kv_heads, kvh, 8, k_scale, v_scale,
+                                 cache_kind, scores, o);
+            } else
 #endif
-                attend_head_scalar(qf, k_cache, v_cache, table, ctx, block_size, kv_heads, h / group, head_dim,
-                                   k_scale, v_scale, cache_kind, scores, o);
-            store_row(out, at, o, head_dim, act_kind);
+                for (int h = 0; h < group; h++)
+                    attend_head_scalar(qf + h * head_dim, k_cache, v_cache, table, ctx, block_size, kv_heads, kvh,
+                                       head_dim, k_scale, v_scale, cache_kind, scores, o + h * head_dim);
+            store_row(out, at, o, group * head_dim, act_kind);
             free(scores);
+            free(qf);
         }
     }
 }
