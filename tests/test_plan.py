@@ -300,7 +300,8 @@ def test_fp8_modelopt_config_with_fp8_kv():
 SMALL = ModelSpec("small", hidden_size=768, num_layers=16, num_heads=12, num_kv_heads=4, head_dim=64,
                   intermediate_size=2048, vocab_size=4096)
 # Fixed figures (not measured) so that the arithmetic below is exact.
-PROBE = {"bandwidth_bytes_s": 30e9, "flops": {"fp32": 50e9, "bf16": 200e9, "int8": 100e9, "int4": 100e9},
+PROBE = {"bandwidth_bytes_s": 30e9,
+         "flops": {"fp32": 50e9, "bf16": 200e9, "int8": 100e9, "int8a8": 100e9, "int4": 100e9},
          "memory_bytes": 24e9, "spread": {"x": 0.05}, "rounds": 3, "threads": 2, "cpu": "test", "measured": "2026"}
 
 
@@ -338,6 +339,25 @@ def test_cpu_crossover_batch_comes_earlier_for_int4():
         pytest.approx(2 * 106_980_096 * 128 / 300e9 + 1e-3)
 
 
+def test_cpu_decode_rate_follows_the_probed_batches():
+    """The few-row kernels' rate grows with the batch: the planner reads it at the step's batch (linear
+    between probed batches, the nearest outside them), and the crossover is where compute meets memory."""
+    from toolkit.plan.cpu_probe import spec_from_probe
+    from toolkit.plan.roofline import decode_step
+    from toolkit.plan.memory import Deployment
+
+    rates = {"2": 100e9, "4": 200e9, "8": 250e9, "16": 300e9}  # as read back from the JSON cache
+    hw = spec_from_probe({**PROBE, "decode_flops": {"bf16": rates}})
+    assert hw.decode_peak_flops("bf16", 1) == 100e9 and hw.decode_peak_flops("bf16", 6) == pytest.approx(225e9)
+    assert hw.decode_peak_flops("bf16", 12) == pytest.approx(275e9) and hw.decode_peak_flops("bf16", 64) == 300e9
+    crossover = cpu_crossover_batch(SMALL, "none", 160, {**PROBE, "decode_flops": {"bf16": rates}})
+    step = decode_step(SMALL, hw, Deployment(weights="bf16"), crossover, 160)
+    assert step.compute_s == pytest.approx(step.memory_s)
+    # 2 · 106,980,096 · b / rate(b) against (213,960,192 + 16,384 · 160 · b) / 30e9: at 8, 6.85 ms < 7.83 ms;
+    # at 16, 11.41 ms > 8.70 ms
+    assert 8 < crossover < 16
+
+
 def test_nvfp4_is_refused_on_the_cpu_engine():
     with pytest.raises(ToolkitError, match="nvfp4 cannot be planned on the CPU engine"):
         cpu_decode_step_seconds(SMALL, "nvfp4", 1, 160, PROBE)
@@ -353,7 +373,11 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_probe, "measure_cpu", functools.partial(cpu_probe.measure_cpu, rounds=2,
                                                                     stream_mib=4, repeats=1))
     first = cpu_probe.cpu_probe()
-    assert set(first["flops"]) == {"fp32", "bf16", "int8", "int4"} and all(v > 0 for v in first["flops"].values())
+    kernels = {"fp32", "bf16", "int8", "int8a8", "int4"}
+    assert set(first["flops"]) == kernels and all(v > 0 for v in first["flops"].values())
+    assert set(first["decode_flops"]) == kernels
+    assert all(set(rates) == {str(rows) for rows in cpu_probe.DECODE_ROWS} and min(rates.values()) > 0
+               for rates in first["decode_flops"].values())
     assert first["bandwidth_bytes_s"] == max(*first["gemv_bytes_s"].values(), first["read_bytes_s_sum"])
     assert first["rounds"] == 2 and all(0 <= v < 1 for v in first["spread"].values()) and first["measured"]
     assert cpu_probe.cpu_probe() == first  # read back, not measured again

@@ -26,11 +26,15 @@ import time
 
 from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
-from toolkit.quantize.formats import DTYPES
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 7  # bump when the probe measures differently: older caches are measured again
-KERNELS = ("fp32", "bf16", "int8", "int4")
+VERSION = 9  # bump when the probe measures differently: older caches are measured again
+# The engine's linear kernels: int8 is the widening int8 GEMM (fp8 weights on this CPU), int8a8 INT8-SQ's
+# integer one (int8 activations, VNNI where the CPU has it).
+KERNELS = ("fp32", "bf16", "int8", "int8a8", "int4")
+_WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8": 1, "int8a8": 1, "int4": 0.5}
+DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
+DECODE_IN_FEATURES = 1024
 INT4_GROUP = 128
 # The CPU engine's cost per decode step beyond its GEMMs and attention (the step's Python: batch plan,
 # embedding, lm_head's input; in C: norms, RoPE, KV writes), measured by perf/engine_bench.py with GEMMs and
@@ -72,9 +76,10 @@ def _kernel(name: str, out_features: int, in_features: int):
         dtype = torch.float32 if name == "fp32" else torch.bfloat16
         linear = kernels.DenseLinear(torch.randn(block, in_features).repeat(repeats, 1), dtype, native)
         return linear.weight_bytes, dtype, linear
-    if name == "int8":
+    if name in ("int8", "int8a8"):
         values = torch.randint(-128, 128, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
-        linear = kernels.Int8Linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, native=native)
+        act = ("int8", torch.tensor(0.02)) if name == "int8a8" else (None, None)
+        linear = kernels.Int8Linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, *act, native=native)
         return linear.weight_bytes, torch.bfloat16, linear
     if name == "int4":
         values = torch.randint(-8, 8, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
@@ -89,18 +94,23 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
 
     figures = {}
     # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1.
-    # The same stream at 8 and 16 rows: a decode step's batch, where the engine's few-row kernels turn
-    # compute-bound while streaming (their rate in cache is higher, and not what a decode step gets).
     for name in KERNELS:
-        out_features = int(stream_mib * 2**20 / (4096 * DTYPES[name].bytes)) // 128 * 128
+        out_features = int(stream_mib * 2**20 / (4096 * _WEIGHT_BYTES[name])) // 128 * 128
         nbytes, dtype, fn = _kernel(name, out_features, 4096)
         x = torch.randn(1, 4096, dtype=dtype)
         figures[f"gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
-        rates = []
-        for rows in (8, 16):
-            x = torch.randn(rows, 4096, dtype=dtype)
-            rates.append(2 * rows * out_features * 4096 / _best_seconds(lambda: fn(x), repeats))
-        figures[f"decode_flops_{name}"] = max(rates)
+        del fn
+    # A decode step's batch: the same stream at DECODE_ROWS rows, where the engine's few-row kernels turn
+    # compute-bound (their rate in cache is higher, and not what a decode step gets), on rows of
+    # DECODE_IN_FEATURES: each output costs a reduction beside its dot product, so shorter rows run slower
+    # (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small preset's 768, 2026-11-23).
+    for name in KERNELS:
+        out_features = int(stream_mib * 2**20 / (DECODE_IN_FEATURES * _WEIGHT_BYTES[name])) // 128 * 128
+        _, dtype, fn = _kernel(name, out_features, DECODE_IN_FEATURES)
+        for rows in DECODE_ROWS:
+            x = torch.randn(rows, DECODE_IN_FEATURES, dtype=dtype)
+            seconds = _best_seconds(lambda: fn(x), repeats)
+            figures[f"decode_flops_{name}_{rows}"] = 2 * rows * out_features * DECODE_IN_FEATURES / seconds
         del fn
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
@@ -146,7 +156,8 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.split("_bytes_s_")[1],
         "read_bytes_s_sum": best["read_bytes_s_sum"],
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
-        "decode_flops": {name: best[f"decode_flops_{name}"] for name in KERNELS},
+        "decode_flops": {name: {str(rows): best[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys
+                         for name in KERNELS},
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,

@@ -66,11 +66,20 @@ class HardwareSpec:
     def peak_flops(self, weights: str) -> float:
         return self.peak_tflops[self.compute_type(weights)] * 1e12
 
-    def decode_peak_flops(self, weights: str) -> float:
-        """The rate of a decode step's matmuls (a few rows each): on the CPU the probed rate of the engine's
-        few-row kernels, below what its prefill kernels reach; elsewhere the device's peak."""
-        rate = (self.probe.get("decode_flops") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
-        return rate or self.peak_flops(weights)
+    def decode_peak_flops(self, weights: str, batch: float = 8) -> float:
+        """The rate of a decode step's matmuls at `batch` rows: on the CPU the probed rate of the engine's
+        few-row kernels at that many rows (linear between the probed batches, the nearest one outside them),
+        below what its prefill kernels reach; elsewhere the device's peak."""
+        rates = (self.probe.get("decode_flops") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
+        if not isinstance(rates, dict) or not rates:  # probes before VERSION 9 stored one rate
+            return rates or self.peak_flops(weights)
+        points = sorted((int(rows), rate) for rows, rate in rates.items())  # JSON keys come back as strings
+        if batch <= points[0][0]:
+            return points[0][1]
+        for (b0, r0), (b1, r1) in zip(points, points[1:]):
+            if batch <= b1:
+                return r0 + (r1 - r0) * (batch - b0) / (b1 - b0)
+        return points[-1][1]
 
     def weight_read_bytes(self, weights: str) -> float:
         """How fast a decode step reads this format's weights: on the CPU, the probed streaming rate of the

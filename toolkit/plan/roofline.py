@@ -76,7 +76,7 @@ def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, co
     weights_s = weight_bytes(spec, d.weights) / stages / hw.weight_read_bytes(d.weights) * d.pp
     kv_s = kv_read / hw.bandwidth_bytes * d.pp
     memory_s = weights_s + kv_s
-    compute_s = 2 * spec.total_params * batch / stages / hw.decode_peak_flops(d.weights) * d.pp
+    compute_s = 2 * spec.total_params * batch / stages / hw.decode_peak_flops(d.weights, max(batch, 1)) * d.pp
     message = batch * spec.hidden_size * 2  # bf16 activations
     link = hw.interconnect_gbs * 1e9 if hw.interconnect_gbs else hw.bandwidth_bytes
     per_layer = 2 * allreduce_seconds(message, d.tp, link, d.allreduce_latency_us * 1e-6)  # attention + MLP
@@ -96,14 +96,21 @@ def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, co
 
 def crossover_batch(spec: ModelSpec, hw: HardwareSpec, d: Deployment, context_tokens: float) -> float | None:
     """The batch at which a decode step's compute time reaches its memory time (None: never, when each
-    sequence's KV read grows as fast as its compute)."""
-    one = decode_step(spec, hw, d, 1, context_tokens)
-    none = decode_step(spec, hw, d, 0, context_tokens)  # weights only
-    compute_per_seq = one.compute_s
-    memory_per_seq = one.memory_s - none.memory_s
-    if compute_per_seq <= memory_per_seq:
-        return None
-    return none.memory_s / (compute_per_seq - memory_per_seq)
+    sequence's KV read grows as fast as its compute). Found by bisection: on the CPU the matmul rate itself
+    grows with the batch (the probed few-row rates), so compute time is not linear in it."""
+    def compute_minus_memory(batch: float) -> float:
+        step = decode_step(spec, hw, d, batch, context_tokens)
+        return step.compute_s - step.memory_s
+
+    low, high = 0.0, 1.0
+    while compute_minus_memory(high) < 0:
+        low, high = high, high * 2
+        if high > 2**20:
+            return None
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if compute_minus_memory(mid) < 0 else (low, mid)
+    return high
 
 
 def prefill_flops_rate(hw: HardwareSpec, weights: str) -> float:

@@ -73,8 +73,9 @@ QFORMATS: dict[str, QuantFormat] = {f.name: f for f in [
     QuantFormat("int8_sq", weight_dtype="int8", group_size=None, scale_dtype=None, gpu_compute="int8",
                 gpu_requirement="int8 tensor cores (Ampere and later)", modelopt_config="INT8_SMOOTHQUANT_CFG",
                 calibration_needs_cuda=False, trtllm_quant_algo="W8A8_SQ_PER_CHANNEL", trtllm_gemm_plugin="auto",
-                cpu_kernel="int8",
-                cpu_note="int8 weights on the int8 weight-only kernel, activations rounded to int8 as calibrated"),
+                cpu_kernel="int8a8",
+                cpu_note="int8 weights, activations rounded to int8 as calibrated: int8 x int8 dot products "
+                         "(AVX512-VNNI where the CPU has it, else the int8 weight-only kernel)"),
     QuantFormat("int4_awq", weight_dtype="int4", group_size=_INT4_GROUP, scale_dtype="fp16", gpu_compute="bf16",
                 gpu_requirement="W4A16 kernels (Ampere and later)", modelopt_config="INT4_AWQ_CFG",
                 calibration_needs_cuda=False, trtllm_quant_algo="W4A16_AWQ", trtllm_gemm_plugin="auto",
