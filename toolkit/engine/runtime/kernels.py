@@ -1,10 +1,15 @@
 """Linear kernels on the weights as ModelOpt exported them, kept in low precision.
 
-  dense  bf16 (or fp32) weights, `F.linear`
-  int4   packed int4 with group scales: `torch._weight_int4pack_mm_for_cpu` (CPU) — INT4-AWQ, W4A8-AWQ
-  int8   int8 weights, per-channel scales: `torch._weight_int8pack_mm` — INT8 SmoothQuant
+  dense  bf16 (or fp32) weights: the C few-row GEMM (AVX512-BF16) for decode, `F.linear` above
+  int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: the C GEMM up to 31 rows, prefill widened to
+         bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
+  int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on VNNI (exact in integers) for
+         decode; the C widening GEMM where the CPU lacks VNNI; `torch._weight_int8pack_mm` / widened above
   fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; on the CPU (whose fp8
-         GEMM is a slow reference path in torch 2.13) re-quantized to int8 per channel (stated once)
+         GEMM is a slow reference path in torch 2.13) re-quantized to int8 per channel (stated once) on the
+         widening int8 GEMM (fp8 activations are not integers, so not VNNI)
+
+Each linear also describes itself for the one-call C decode step (`native_linear`, csrc/decode_step.c).
 
 Activation quantization is reproduced as ModelOpt calibrated it (static per-tensor `input_scale`):
 FP8 and W4A8 round activations to fp8_e4m3, SmoothQuant to int8, before the GEMM. AWQ / SmoothQuant
