@@ -283,3 +283,23 @@ def test_int8_sq_gemm_on_vnni_is_exact_in_integers(kernels, rows, in_features):
         assert got.dtype == act
         rel = 1e-6 if act == torch.float32 else 2 ** -8
         assert ((got.double() - exact).abs() <= rel * exact.abs() + 1e-6).all()
+
+
+@pytest.mark.parametrize("act_quant", ["int8", "fp8"])
+def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_quant):
+    """Prefill's 8-bit helpers: activations rounded exactly as fake_quant_activation, and int8 weights widened
+    to bf16 as (q * scale) rounded once."""
+    import torch
+
+    from toolkit.engine.runtime.kernels import fake_quant_activation
+
+    gen = torch.Generator().manual_seed(11)
+    input_scale = 0.02 if act_quant == "int8" else 0.01
+    for dtype in (torch.float32, torch.bfloat16):
+        x = (torch.randn(40, 300, generator=gen) * 3).to(dtype)
+        x[0, :3] = torch.tensor([1e4, -1e4, 0.0])
+        assert torch.equal(kernels.round_activations(x, act_quant, input_scale),
+                           fake_quant_activation(x, act_quant, torch.tensor(input_scale)))
+    q = torch.randint(-127, 128, (70, 300), generator=gen, dtype=torch.int8)
+    scale = torch.rand(70, generator=gen) * 0.01
+    assert torch.equal(kernels.widen_int8(q, scale), (q.float() * scale[:, None]).to(torch.bfloat16))

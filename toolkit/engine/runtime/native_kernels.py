@@ -152,6 +152,9 @@ class NativeKernels:
         library.decode_kind_supported.argtypes = [c.c_int]
         library.decode_kind_supported.restype = c.c_int
         library.gemm_int8_vnni_available.restype = c.c_int
+        library.round_activations.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int, c.c_float, c.c_void_p]
+        library.widen_int8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
+        library.round_activations.restype = library.widen_int8.restype = None
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
         if self.has_int8_vnni:
@@ -247,6 +250,25 @@ class NativeKernels:
         self._lib.gemm_int8(x.data_ptr(), x.shape[0], k, weight.data_ptr(), scale.data_ptr(), n, y.data_ptr(),
                             ACTIVATION_KINDS[str(x.dtype)], ACT_QUANT[act_quant], input_scale)
         return y
+
+    def round_activations(self, x, act_quant: str, input_scale: float):
+        """x rounded to act_quant ("int8" or "fp8") at input_scale, in x's dtype: kernels.fake_quant_activation."""
+        import torch
+
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        k = x.shape[-1]
+        self._lib.round_activations(x.data_ptr(), x.numel() // k, k, ACTIVATION_KINDS[str(x.dtype)], ACT_QUANT[act_quant],
+                                    input_scale, out.data_ptr())
+        return out
+
+    def widen_int8(self, weight, scale):
+        """int8 [N, K] times fp32 scale [N] per row → bf16 [N, K] (rounded once)."""
+        import torch
+
+        out = torch.empty(weight.shape, dtype=torch.bfloat16)
+        self._lib.widen_int8(weight.data_ptr(), scale.data_ptr(), weight.shape[0], weight.shape[1], out.data_ptr())
+        return out
 
     def gemm_int8_vnni(self, x, weight, scale, weight_sums, input_scale: float):
         """INT8-SQ exactly in integers (only where has_int8_vnni): x rounded to int8 at input_scale, weight int8

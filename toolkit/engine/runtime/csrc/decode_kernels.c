@@ -436,6 +436,29 @@ static float *widen_activations(const void *x, int64_t M, int K, int kind, int a
     return xf;
 }
 
+/* Prefill's side of the 8-bit formats (rows of a prompt chunk, where the dense bf16 GEMM is fastest):
+ * x rounded as calibrated, in x's dtype (what kernels.fake_quant_activation returns, in one pass instead
+ * of five torch ops), and int8 weights widened to bf16 with their row scale folded in (q * scale, rounded
+ * once: one pass over the weights, where `.to(bf16)` then scaling the output took two). */
+void round_activations(const void *x, int64_t M, int K, int kind, int act_quant, float input_scale, void *out) {
+    #pragma omp parallel for if (M > 4)
+    for (int64_t m = 0; m < M; m++) {
+        float *row = widen_activations((const char *)x + m * K * (kind == F32 ? 4 : 2), 1, K, kind, act_quant,
+                                       input_scale);
+        store_row(out, m * K, row, K, kind);
+        free(row);
+    }
+}
+
+void widen_int8(const int8_t *w, const float *scale, int N, int K, uint16_t *out) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float row[K];
+        for (int k = 0; k < K; k++) row[k] = (float)w[(int64_t)n * K + k] * scale[n];
+        store_row(out, (int64_t)n * K, row, K, BF16);
+    }
+}
+
 INLINE void int8_rows(const float *xf, const int rows, int K, const int8_t *wrow, float *out) {
 #ifdef __AVX512F__
     if (rows == 1 && K % 64 == 0) {  /* four independent chains: one would wait on each FMA's latency */
