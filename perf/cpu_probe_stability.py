@@ -31,6 +31,9 @@ def main() -> None:
             ("sum GB/s", [r["read_bytes_s_sum"] / 1e9 for r in runs])]
     rows += [(f"{k} GEMV GB/s", [r["gemv_bytes_s"][k] / 1e9 for r in runs]) for k in KERNELS]
     rows += [(f"{k} GFLOP/s", [r["flops"][k] / 1e9 for r in runs]) for k in KERNELS]
+    rows += [(f"{k} at {b} rows GFLOP/s", [r["decode_flops"][k][b] / 1e9 for r in runs])
+             for k in KERNELS for b in runs[0]["decode_flops"][k]]
+    rows += [("attention M head-tokens/s", [(r["attention_head_tokens_s"] or 0) / 1e6 for r in runs])]
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {runs[0]['cpu']}, {runs[0]['threads']} threads, "
           f"load average {load:.1f} at start, {args.probes} probes of {runs[0]['rounds']} rounds, "
           f"{statistics.median(seconds):.1f} s each")
