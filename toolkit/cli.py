@@ -423,7 +423,7 @@ def scenario_cmd(name, config_path, sets, repeat, out_root, list_them):
 @click.option("--overhead-gb", "runtime_overhead_gb", type=float, default=None,
               help="Per-GPU memory for CUDA context and workspaces (default: plan.runtime_overhead_gb).")
 @click.option("--step-overhead-ms", type=float, default=None,
-              help="CPU: cost per decode step beyond its GEMMs (default: plan.cpu_step_overhead_ms, else 0.15 ms + 0.01 ms per layer as measured; perf/engine_bench.py measures it).")
+              help="CPU: cost per decode step beyond its GEMMs (default: plan.cpu_step_overhead_ms, else 0.1 ms + 0.002 ms per layer as measured; perf/engine_bench.py measures it).")
 @click.option("--reprobe", is_flag=True, help="CPU: measure this machine again instead of reading the cached probe.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Where plan.json and roofline.png go (default: build/plans/<model>-<gpu>/).")

@@ -38,12 +38,12 @@ DECODE_IN_FEATURES = 1024
 INT4_GROUP = 128
 # The CPU engine's cost per decode step beyond its GEMMs and attention (the step's Python: batch plan,
 # embedding, lm_head's input; in C: norms, RoPE, KV writes), measured by perf/engine_bench.py with GEMMs and
-# attention stubbed out (2026-11-23 22:00, 2 threads, decode layers in one C call): small (16 layers)
-# 0.30-0.32 ms at batch 1 (1.1-1.6 ms before that call replaced a dozen Python calls per layer): about
-# this constant plus this per layer. Without a C compiler (torch ops) it is several times more.
-# The planner uses it unless told (config plan.cpu_step_overhead_ms, `toolkit plan --step-overhead-ms`).
-DEFAULT_STEP_OVERHEAD_S = 0.15e-3
-DEFAULT_LAYER_OVERHEAD_S = 0.01e-3
+# attention stubbed out (2026-11-23, 2 threads, decode layers in one C call): small (16 layers) 0.13-0.14 ms
+# at batch 1 (1.1-1.6 ms when a dozen Python calls per layer drove the kernels): mostly a constant. Without a
+# C compiler (torch ops) it is ten times more. The planner uses it unless told (config
+# plan.cpu_step_overhead_ms, `toolkit plan --step-overhead-ms`).
+DEFAULT_STEP_OVERHEAD_S = 0.1e-3
+DEFAULT_LAYER_OVERHEAD_S = 0.002e-3
 
 
 def default_step_overhead_s(num_layers: int) -> float:
