@@ -66,30 +66,35 @@ def test_rope_rotates_the_q_and_k_columns_of_a_fused_row_in_place(kernels, dtype
     assert torch.equal(qkv[:, q_cols + KV_HEADS * HEAD_DIM:], v_before)  # v untouched
 
 
-def _paged(cache_dtype, head_dim=HEAD_DIM, seed=0):
-    """A cache of 40 blocks in `cache_dtype`, three sequences over scattered blocks (one of length 1)."""
+def _paged(cache_dtype, head_dim=HEAD_DIM, kv_heads=KV_HEADS, seed=0):
+    """A cache of 40 blocks in `cache_dtype`, five sequences over scattered blocks: lengths 1 and 5 (less
+    than the vector path's tile of 16 tokens), 17 and 37 (a short last tile) and 80 (whole tiles)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    k = torch.randn(40 * BLOCK, KV_HEADS, head_dim, generator=gen)
-    v = torch.randn(40 * BLOCK, KV_HEADS, head_dim, generator=gen)
+    k = torch.randn(40 * BLOCK, kv_heads, head_dim, generator=gen)
+    v = torch.randn(40 * BLOCK, kv_heads, head_dim, generator=gen)
     tables = torch.tensor([[5, 9, 2, 30, 17, 0, 0, 0, 0, 0], [7, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-                           [11, 12, 13, 14, 15, 16, 18, 19, 20, 21]])
-    lens = torch.tensor([37, 1, 80])
+                           [11, 12, 13, 14, 15, 16, 18, 19, 20, 21], [33, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                           [39, 1, 25, 0, 0, 0, 0, 0, 0, 0]])
+    lens = torch.tensor([37, 1, 80, 5, 17])
     return k, v, tables, lens
 
 
-# head_dim 64 and 128 take the AVX-512 path (all query heads of a kv head at once) where the CPU has it; 32 the
-# element-wise one everywhere. Lengths 37, 1 and 80 over blocks of 8: partial 16-token tiles and block crossings.
+# head_dim 64 and 128 take the AVX-512 path where the CPU has it; 32 the element-wise one everywhere.
+# Query heads per kv head: 3, 1, and 9 (above the vector path's 8 at once: two sub-groups).
+@pytest.mark.parametrize("heads,kv_heads", [(HEADS, KV_HEADS), (4, 4), (18, 2)])
 @pytest.mark.parametrize("head_dim", [HEAD_DIM, 128, 32])
 @pytest.mark.parametrize("act,cache", [("fp32", "fp32"), ("bf16", "bf16"), ("bf16", "fp8"), ("bf16", "int8"),
-                                       ("fp32", "int8")])
-def test_paged_decode_attention_equals_attention_over_the_gathered_context(kernels, act, cache, head_dim):
+                                       ("fp32", "int8"), ("fp32", "bf16")])
+def test_paged_decode_attention_equals_attention_over_the_gathered_context(kernels, act, cache, head_dim, heads,
+                                                                           kv_heads):
     import torch
 
-    k, v, tables, lens = _paged(cache, head_dim)
+    k, v, tables, lens = _paged(cache, head_dim, kv_heads)
     act_dt = _dtype(act)
-    q = torch.randn(3, HEADS, head_dim).to(act_dt)
+    batch = len(lens)
+    q = torch.randn(batch, heads, head_dim).to(act_dt)
     scale = 0.05
     if cache == "fp8":
         k_store, v_store = (k / scale).to(torch.float8_e4m3fn), (v / scale).to(torch.float8_e4m3fn)
@@ -100,11 +105,11 @@ def test_paged_decode_attention_equals_attention_over_the_gathered_context(kerne
         k_store, v_store, scale = k.to(_dtype(cache)), v.to(_dtype(cache)), 1.0
     out = kernels.decode_attention(q, k_store, v_store, tables, lens, BLOCK, scale, scale)
     assert out.dtype == act_dt and out.shape == q.shape
-    for b in range(3):
+    for b in range(batch):
         n = int(lens[b])
         slots = (tables[b][:, None] * BLOCK + torch.arange(BLOCK)).reshape(-1)[:n]
-        keys = (k_store[slots].float() * scale).repeat_interleave(HEADS // KV_HEADS, dim=1)
-        values = (v_store[slots].float() * scale).repeat_interleave(HEADS // KV_HEADS, dim=1)
+        keys = (k_store[slots].float() * scale).repeat_interleave(heads // kv_heads, dim=1)
+        values = (v_store[slots].float() * scale).repeat_interleave(heads // kv_heads, dim=1)
         scores = torch.einsum("hd,thd->ht", q[b].float(), keys) / head_dim ** 0.5
         expected = torch.einsum("ht,thd->hd", scores.softmax(-1), values)
         tolerance = 1e-5 if act == "fp32" else 1e-2

@@ -19,6 +19,20 @@
 
 enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
 #define INLINE static inline __attribute__((always_inline))
+/* CALL(n) with n = 1 .. 8 a constant (8 for anything above): loops over n vectors, in a function inlined
+ * with n a constant, keep them in registers. With n a runtime value they lived on the stack (the int4
+ * GEMM ran at a third of torch's speed that way). */
+#define FOR_1_TO_8(n, CALL) \
+    switch (n) {            \
+    case 1: CALL(1); break; \
+    case 2: CALL(2); break; \
+    case 3: CALL(3); break; \
+    case 4: CALL(4); break; \
+    case 5: CALL(5); break; \
+    case 6: CALL(6); break; \
+    case 7: CALL(7); break; \
+    default: CALL(8); break; \
+    }
 
 static float fp8_table[256];
 static int fp8_ready = 0;
@@ -141,16 +155,36 @@ void rope(void *x, int64_t row_stride, const int64_t *positions, const void *cos
     }
 }
 
-/* One query head (q pre-scaled, fp32) against its kv head's paged context, one element at a time: the
- * path where the vector one below does not apply. Token t lies at row table[t / block_size] *
- * block_size + t % block_size. */
-static void attend_head_scalar(const float *qf, const void *k_cache, const void *v_cache, const int64_t *table,
-                               int64_t ctx, int block_size, int kv_heads, int kvh, int head_dim, float k_scale,
-                               float v_scale, int cache_kind, float *scores, float *out) {
+/* ---- paged decode attention ----------------------------------------------------------------------
+ * One query token per sequence. A work item is one sequence and one kv head together with the `group`
+ * query heads that read it (HF's repeat_kv): each K and V row is read from the cache (and widened to
+ * fp32) once for the whole group, where a work item per query head re-read and re-widened it `group`
+ * times. */
+
+/* Element offsets of the context's rows of kv head kvh: token t lies at slot table[t / block_size] *
+ * block_size + t % block_size. Walking the blocks once per work item avoids an integer division per
+ * token (a third of the loop's time when it had them) and serves both the K and the V pass. Padded to a
+ * multiple of 16 by repeating the last row: the vector path scores whole tiles of 16 and masks the rest. */
+static void context_rows(int64_t *rows, const int64_t *table, int64_t ctx, int block_size, int kv_heads, int kvh,
+                         int head_dim) {
+    int64_t stride = (int64_t)kv_heads * head_dim;
+    for (int64_t t = 0, blk = 0; t < ctx; blk++) {
+        int64_t first = (table[blk] * block_size * kv_heads + kvh) * head_dim;
+        int64_t n = ctx - t < block_size ? ctx - t : block_size;  /* a counted loop: it vectorises */
+        for (int64_t i = 0; i < n; i++) rows[t + i] = first + i * stride;
+        t += n;
+    }
+    for (int64_t t = ctx; t & 15; t++) rows[t] = rows[ctx - 1];
+}
+
+/* One query head (q pre-scaled, fp32) against its context, one element at a time: the path where the
+ * vector one below does not apply. */
+static void attend_head_scalar(const float *qf, const void *k_cache, const void *v_cache, const int64_t *rows,
+                               int64_t ctx, int head_dim, float k_scale, float v_scale, int cache_kind,
+                               float *scores, float *out) {
     float row[head_dim], mx = -INFINITY, sum = 0.0f;
     for (int64_t t = 0; t < ctx; t++) {
-        int64_t slot = table[t / block_size] * block_size + t % block_size;
-        load_row(row, k_cache, (slot * kv_heads + kvh) * head_dim, head_dim, cache_kind, k_scale);
+        load_row(row, k_cache, rows[t], head_dim, cache_kind, k_scale);
         float s = 0.0f;
         #pragma omp simd reduction(+ : s)
         for (int i = 0; i < head_dim; i++) s += qf[i] * row[i];
@@ -159,8 +193,7 @@ static void attend_head_scalar(const float *qf, const void *k_cache, const void 
     }
     for (int i = 0; i < head_dim; i++) out[i] = 0.0f;
     for (int64_t t = 0; t < ctx; t++) {
-        int64_t slot = table[t / block_size] * block_size + t % block_size;
-        load_row(row, v_cache, (slot * kv_heads + kvh) * head_dim, head_dim, cache_kind, v_scale);
+        load_row(row, v_cache, rows[t], head_dim, cache_kind, v_scale);
         float p = expf(scores[t] - mx);
         sum += p;
         for (int i = 0; i < head_dim; i++) out[i] += p * row[i];
@@ -178,11 +211,10 @@ static inline __m512 load16(const void *base, int64_t at, int kind, float scale)
     case I8:
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                                  _mm_loadu_si128((const __m128i *)((const int8_t *)base + at)))), _mm512_set1_ps(scale));
-    default: {
-        float tmp[16];
-        load_row(tmp, base, at, 16, kind, scale);
-        return _mm512_loadu_ps(tmp);
-    }
+    default:  /* fp8: fp8_table looked up 16 at a time */
+        return _mm512_mul_ps(_mm512_i32gather_ps(_mm512_cvtepu8_epi32(
+                                 _mm_loadu_si128((const __m128i *)((const uint8_t *)base + at))), fp8_table, 4),
+                             _mm512_set1_ps(scale));
     }
 }
 
@@ -203,135 +235,297 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* The 16 lanes of each of v[0..15] summed: lane i of the result is the sum of v[i]. A transpose-add tree
- * (pairs within 128-bit lanes, then across them): ~3 operations per vector, where a horizontal reduce of
- * each (what the per-token loop did first) costs ~8 and a dependent chain. */
-static inline __m512 sum_lanes16(const __m512 *v) {
-    __m512 a[8], c[4];
-    for (int i = 0; i < 8; i++) a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                                                     _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++) c[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                                     _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512 g0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    __m512 g1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(g0, g1, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(g0, g1, _MM_SHUFFLE(3, 1, 3, 1)));
+/* The vector path: a work item's `group` query heads (up to 8 at once; FOR_1_TO_8 makes the count a
+ * constant) keep q and their accumulators in registers, and each K or V row is loaded into registers
+ * (widened to fp32, or as it is for bf16 dot products) once and used by all of them. */
+
+/* The row at `at` as nv fp32 vectors, the 8-bit kinds' scale left out: it is applied to q and to the
+ * output instead, once per work item rather than per element. */
+INLINE void widen_row(__m512 *row, const void *cache, int64_t at, const int nv, int kind) {
+    for (int j = 0; j < nv; j++) row[j] = load16(cache, at + 16 * j, kind, 1.0f);
 }
 
-/* Rows t0 .. t0+n-1 of one kv head's paged K or V widened to fp32 into tile[16][head_dim], rows past n zero.
- * Token t lies at row table[t / block_size] * block_size + t % block_size. */
-INLINE void widen_tile(float *tile, const void *cache, const int64_t *table, int64_t t0, int n, int block_size,
-                       int kv_heads, int kvh, const int nv, float scale, int cache_kind) {
-    const int head_dim = nv * 16;
-    int64_t blk = t0 / block_size, off = t0 % block_size; /* one division per tile: per token they cost more than the rest */
-    for (int i = 0; i < 16; i++, off++) {
-        if (i >= n) {
-            for (int j = 0; j < nv; j++) _mm512_storeu_ps(tile + i * head_dim + 16 * j, _mm512_setzero_ps());
-            continue;
-        }
-        if (off == block_size) blk++, off = 0;
-        int64_t at = ((table[blk] * block_size + off) * kv_heads + kvh) * head_dim;
-        for (int j = 0; j < nv; j++) _mm512_storeu_ps(tile + i * head_dim + 16 * j, load16(cache, at + 16 * j, cache_kind, scale));
-    }
+INLINE __m512 dot_parts(const __m512 *q, const __m512 *row, const int nv) {
+    __m512 d = _mm512_mul_ps(q[0], row[0]);
+    for (int j = 1; j < nv; j++) d = _mm512_fmadd_ps(q[j], row[j], d);
+    return d;
 }
 
-/* All `group` query heads of one kv head (q pre-scaled, fp32 [group][head_dim]) against its paged context,
- * 16 tokens at a time: each K and V row is read and widened once for the whole group (not once per query
- * head), the 16 scores of a head come out of one sum_lanes16, and `nv` = head_dim / 16 is a constant so
- * the per-head accumulators stay in registers. scores: [group][ctx + 16] scratch; out: [group][head_dim]. */
-INLINE void attend_group(const float *qf, int group, const void *k_cache, const void *v_cache, const int64_t *table,
-                         int64_t ctx, int block_size, int kv_heads, int kvh, const int nv, float k_scale, float v_scale,
-                         int cache_kind, float *scores, float *out) {
-    const int head_dim = nv * 16;
-    const int64_t stride = ctx + 16;
-    float tile[16 * 128] __attribute__((aligned(64)));
-    for (int64_t t0 = 0; t0 < ctx; t0 += 16) {
-        int n = (int)(ctx - t0 < 16 ? ctx - t0 : 16);
-        widen_tile(tile, k_cache, table, t0, n, block_size, kv_heads, kvh, nv, k_scale, cache_kind);
-        for (int h = 0; h < group; h++) {
-            __m512 qv[8], d[16];
-            for (int j = 0; j < nv; j++) qv[j] = _mm512_loadu_ps(qf + h * head_dim + 16 * j);
-            for (int i = 0; i < 16; i++) {
-                d[i] = _mm512_mul_ps(qv[0], _mm512_load_ps(tile + i * head_dim));
-                for (int j = 1; j < nv; j++) d[i] = _mm512_fmadd_ps(qv[j], _mm512_load_ps(tile + i * head_dim + 16 * j), d[i]);
-            }
-            _mm512_mask_storeu_ps(scores + h * stride + t0, (__mmask16)((1u << n) - 1u), sum_lanes16(d));
-        }
-    }
-    float inv[8];
-    for (int h = 0; h < group; h++) { /* softmax: max, then exponentials and their sum, 16 at a time */
-        float *sc = scores + h * stride, mx = -INFINITY;
-        for (int64_t t = 0; t < ctx; t++) mx = sc[t] > mx ? sc[t] : mx;
-        __m512 m16 = _mm512_set1_ps(mx), sum = _mm512_setzero_ps();
-        for (int64_t t = 0; t < ctx; t += 16) {
-            __mmask16 live = ctx - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ctx - t)) - 1u);
-            __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sc + t), m16));
-            _mm512_mask_storeu_ps(sc + t, live, e);
-            sum = _mm512_mask_add_ps(sum, live, sum, e);
-        }
-        inv[h] = 1.0f / _mm512_reduce_add_ps(sum);
-        for (int j = 0; j < nv; j++) _mm512_storeu_ps(out + h * head_dim + 16 * j, _mm512_setzero_ps());
-    }
-    for (int64_t t0 = 0; t0 < ctx; t0 += 16) {
-        int n = (int)(ctx - t0 < 16 ? ctx - t0 : 16);
-        widen_tile(tile, v_cache, table, t0, n, block_size, kv_heads, kvh, nv, v_scale, cache_kind);
-        for (int h = 0; h < group; h++) {
-            __m512 acc[8];
-            const float *p = scores + h * stride + t0;
-            for (int j = 0; j < nv; j++) acc[j] = _mm512_loadu_ps(out + h * head_dim + 16 * j);
-            for (int i = 0; i < n; i++) {
-                __m512 pi = _mm512_set1_ps(p[i]);
-                for (int j = 0; j < nv; j++) acc[j] = _mm512_fmadd_ps(pi, _mm512_load_ps(tile + i * head_dim + 16 * j), acc[j]);
-            }
-            for (int j = 0; j < nv; j++) _mm512_storeu_ps(out + h * head_dim + 16 * j, acc[j]);
-        }
-    }
-    for (int h = 0; h < group; h++)
-        for (int j = 0; j < nv; j++)
-            _mm512_storeu_ps(out + h * head_dim + 16 * j,
-                             _mm512_mul_ps(_mm512_loadu_ps(out + h * head_dim + 16 * j), _mm512_set1_ps(inv[h])));
+#if defined(__AVX512BF16__)
+/* The same from bf16 q and K as they are (q: np = nv / 2 vectors of 32): AVX512-BF16 multiplies pairs and
+ * accumulates in fp32, half the instructions of widening and FMAs, and the products are exact (bf16 x bf16
+ * fits an fp32 significand), so the scores round as the widened path's do. */
+INLINE __m512 dot_pairs(const __m512 *q, const __m512i *row, const int np) {
+    __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)q[0], (__m512bh)row[0]);
+    for (int j = 1; j < np; j++) d = _mm512_dpbf16_ps(d, (__m512bh)q[j], (__m512bh)row[j]);
+    return d;
 }
-
 #endif
+
+/* Scores for 16 tokens come from 16 per-token vectors of partial sums (one lane per 16th of head_dim),
+ * reduced by a 16x16 transpose-add in four levels (~3 shuffles/adds per token), not a horizontal reduce
+ * per token, which cost as much as the dot product itself. Each level halves the vectors: */
+
+/* tokens a, b -> per 128-bit lane [a, b, a, b] partial sums */
+static inline __m512 tree_pair(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+}
+
+/* pairs (a, b), (c, d) -> per 128-bit lane [a, b, c, d] partial sums */
+static inline __m512 tree_quad(__m512 ab, __m512 cd) {
+    return _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+/* Adds neighbouring 128-bit lanes: quads of tokens 0-3, 4-7 -> [0-3, 0-3, 4-7, 4-7] (half sums), and
+ * those of 0-7, 8-15 -> the 16 full sums in token order. */
+static inline __m512 tree_lanes(__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* out[g] = the level-reduced scores of query head g (q: G x nv vectors) against the 2 or 4 tokens at
+ * rows[]: built from halves so that at most one pending vector per level and head is live. */
+INLINE void scores2(__m512 *out, const __m512 *q, const void *k, const int64_t *rows, const int G, const int nv,
+                    int kind, const int bf16_dots) {
+#if defined(__AVX512BF16__)
+    if (bf16_dots) {
+        const int np = nv / 2;
+        __m512i r0[4], r1[4];
+        for (int j = 0; j < np; j++) {
+            r0[j] = _mm512_loadu_si512((const void *)((const uint16_t *)k + rows[0] + 32 * j));
+            r1[j] = _mm512_loadu_si512((const void *)((const uint16_t *)k + rows[1] + 32 * j));
+        }
+        for (int g = 0; g < G; g++) out[g] = tree_pair(dot_pairs(q + g * np, r0, np), dot_pairs(q + g * np, r1, np));
+        return;
+    }
+#endif
+    (void)bf16_dots;
+    __m512 r0[8], r1[8];
+    widen_row(r0, k, rows[0], nv, kind);
+    widen_row(r1, k, rows[1], nv, kind);
+    for (int g = 0; g < G; g++) out[g] = tree_pair(dot_parts(q + g * nv, r0, nv), dot_parts(q + g * nv, r1, nv));
+}
+
+INLINE void scores4(__m512 *out, const __m512 *q, const void *k, const int64_t *rows, const int G, const int nv,
+                    int kind, const int bf16_dots) {
+    __m512 a[8], b[8];
+    scores2(a, q, k, rows, G, nv, kind, bf16_dots);
+    scores2(b, q, k, rows + 2, G, nv, kind, bf16_dots);
+    for (int g = 0; g < G; g++) out[g] = tree_quad(a[g], b[g]);
+}
+
+/* Stores e, s's exponentials t .. t + 15: as fp32, or with to_bf16 rounded to bf16 into the t-th uint16 of
+ * s (in place: that lies before the fp32 still to be read); returns what was stored, widened. */
+static inline __m512 store_numerators(float *s, int64_t t, __m512 e, int to_bf16) {
+#if defined(__AVX512BF16__)
+    if (to_bf16) {
+        __m256i b = (__m256i)_mm512_cvtneps_pbh(e);
+        _mm256_storeu_si256((__m256i *)((uint16_t *)s + t), b);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    }
+#endif
+    (void)to_bf16;
+    _mm512_storeu_ps(s + t, e);
+    return e;
+}
+
+/* s[t] = e^(s[t] - max) for t < ctx, in place (see store_numerators), and 0 in the padding up to a
+ * multiple of 16 (s is that long); returns 1 / the sum of what was stored. */
+static float softmax_numerators(float *s, int64_t ctx, float max, int to_bf16) {
+    int64_t full = ctx & ~(int64_t)15;
+    __mmask16 tail = (__mmask16)((1u << (ctx - full)) - 1u);
+    __m512 m16 = _mm512_set1_ps(max), sum = _mm512_setzero_ps();
+    for (int64_t t = 0; t < full; t += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + t), m16));
+        sum = _mm512_add_ps(sum, store_numerators(s, t, e, to_bf16));
+    }
+    if (tail) {
+        __m512 e = _mm512_maskz_mov_ps(tail, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + full), m16)));
+        sum = _mm512_add_ps(sum, store_numerators(s, full, e, to_bf16));
+    }
+    return 1.0f / _mm512_reduce_add_ps(sum);
+}
+
+/* out[g] = scale[g] * sum over t < ctx of p[g][t] * v[t], p[g] = scores + g * padded (fp32), V widened
+ * to fp32. V's columns go in chunks of cv vectors so that the G x cv accumulators fit in registers (at most
+ * 16); each chunk reads only its columns, so every V element is still widened once. */
+INLINE void weigh_rows(float *out, const float *scores, int64_t padded, const void *v_cache, const int64_t *rows,
+                       int64_t ctx, const int G, const int nv, int kind, const float *scale) {
+    const int cv = G * nv <= 16 ? nv : G * nv <= 32 ? nv / 2 : nv / 4;
+    for (int c0 = 0; c0 < nv; c0 += cv) {
+        __m512 acc[8 * 8], row[8];
+        for (int i = 0; i < G * cv; i++) acc[i] = _mm512_setzero_ps();
+        for (int64_t t = 0; t < ctx; t++) {
+            widen_row(row, v_cache, rows[t] + 16 * c0, cv, kind);
+            for (int g = 0; g < G; g++) {
+                __m512 p = _mm512_set1_ps(scores[g * padded + t]);
+                for (int j = 0; j < cv; j++) acc[g * cv + j] = _mm512_fmadd_ps(p, row[j], acc[g * cv + j]);
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int j = 0; j < cv; j++)
+                _mm512_storeu_ps(out + g * nv * 16 + 16 * (c0 + j),
+                                 _mm512_mul_ps(acc[g * cv + j], _mm512_set1_ps(scale[g])));
+    }
+}
+
+#if defined(__AVX512BF16__)
+/* The same from a bf16 V as it is and p in bf16 (softmax_numerators' to_bf16), two tokens per AVX512-BF16
+ * dot product: half the instructions of widening V and FMAs. p rounded to bf16 is what the torch path and
+ * HF's eager attention multiply V by; the largest p, 1, rounds exactly. Rows t, t + 1 interleaved per
+ * 16-bit element put dims 8L .. 8L + 3 of each 128-bit lane L in `lo`, 8L + 4 .. 8L + 7 in `hi`; put back
+ * in order at the end. */
+INLINE void weigh_row_pairs(float *out, const float *scores, int64_t padded, const uint16_t *v_cache,
+                            const int64_t *rows, int64_t ctx, const int G, const int nv, const float *scale) {
+    static const int first_half[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+    static const int second_half[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+    const int np = nv / 2, cp = G * nv <= 16 ? np : G * nv <= 32 ? np / 2 : np / 4;  /* weigh_rows' chunks */
+    for (int c0 = 0; c0 < np; c0 += cp) {
+        __m512 lo[8 * 4], hi[8 * 4];
+        for (int i = 0; i < G * cp; i++) lo[i] = hi[i] = _mm512_setzero_ps();
+        /* an odd ctx's last pair takes the padding: p 0 and a repeated row */
+        for (int64_t t = 0; t < ctx; t += 2) {
+            __m512i il[4], ih[4];
+            for (int j = 0; j < cp; j++) {
+                __m512i a = _mm512_loadu_si512((const void *)(v_cache + rows[t] + 32 * (c0 + j)));
+                __m512i b = _mm512_loadu_si512((const void *)(v_cache + rows[t + 1] + 32 * (c0 + j)));
+                il[j] = _mm512_unpacklo_epi16(a, b);
+                ih[j] = _mm512_unpackhi_epi16(a, b);
+            }
+            for (int g = 0; g < G; g++) {
+                int32_t pair;
+                memcpy(&pair, (const uint16_t *)(scores + g * padded) + t, sizeof pair);
+                __m512bh p = (__m512bh)_mm512_set1_epi32(pair);
+                for (int j = 0; j < cp; j++) {
+                    lo[g * cp + j] = _mm512_dpbf16_ps(lo[g * cp + j], (__m512bh)il[j], p);
+                    hi[g * cp + j] = _mm512_dpbf16_ps(hi[g * cp + j], (__m512bh)ih[j], p);
+                }
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int j = 0; j < cp; j++) {
+                float *o = out + g * nv * 16 + 32 * (c0 + j);
+                __m512 sc = _mm512_set1_ps(scale[g]), l = lo[g * cp + j], h = hi[g * cp + j];
+                __m512i first = _mm512_loadu_si512(first_half), second = _mm512_loadu_si512(second_half);
+                _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_permutex2var_ps(l, first, h), sc));
+                _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_permutex2var_ps(l, second, h), sc));
+            }
+    }
+}
+#endif
+
+/* G query heads, qg [G][nv * 16] in the activation dtype, against one kv head's context rows (padded to a
+ * multiple of 16 by repeating the last) -> out [G][nv * 16] fp32; scores: G x (ctx rounded up to 16)
+ * floats. bf16_dots: bf16 q and cache, q used as it is and the scores scaled instead. Two passes: the
+ * scores tile by tile (and their running max), then the softmax-weighted V rows. */
+INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, const void *k_cache, const void *v_cache,
+                         const int64_t *rows, int64_t ctx, const int G, const int nv, const int bf16_dots,
+                         float k_scale, float v_scale, int kind, float *scores, float *out) {
+    int64_t padded = (ctx + 15) & ~(int64_t)15;
+    float ks = kind >= I8 ? k_scale : 1.0f, vs = kind >= I8 ? v_scale : 1.0f, inv[8];
+    __m512 q[8 * 8], mx[8];
+    if (bf16_dots)
+        for (int i = 0; i < G * nv / 2; i++)
+            q[i] = _mm512_castsi512_ps(_mm512_loadu_si512((const void *)((const uint16_t *)qg + 32 * i)));
+    else
+        for (int i = 0; i < G * nv; i++)
+            q[i] = _mm512_mul_ps(load16(qg, 16 * i, act_kind, 1.0f), _mm512_set1_ps(softmax_scale * ks));
+    for (int g = 0; g < G; g++) mx[g] = _mm512_set1_ps(-INFINITY);
+    __m512 score_scale = _mm512_set1_ps(bf16_dots ? softmax_scale : 1.0f);
+    /* the padding's scores repeat the last token's, so they leave the max as it is */
+    for (int64_t t0 = 0; t0 < ctx; t0 += 16) {
+        __m512 quad[4][8];
+        /* a loop, not unrolled: four copies of scores4 for each group size made the build several times slower */
+        #pragma GCC unroll 1
+        for (int c = 0; c < 4; c++) scores4(quad[c], q, k_cache, rows + t0 + 4 * c, G, nv, kind, bf16_dots);
+        for (int g = 0; g < G; g++) {
+            __m512 s = tree_lanes(tree_lanes(quad[0][g], quad[1][g]), tree_lanes(quad[2][g], quad[3][g]));
+            s = bf16_dots ? _mm512_mul_ps(s, score_scale) : s;
+            _mm512_storeu_ps(scores + g * padded + t0, s);
+            mx[g] = _mm512_max_ps(mx[g], s);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        inv[g] = softmax_numerators(scores + g * padded, ctx, _mm512_reduce_max_ps(mx[g]), bf16_dots) * vs;
+#if defined(__AVX512BF16__)
+    if (bf16_dots) {
+        weigh_row_pairs(out, scores, padded, (const uint16_t *)v_cache, rows, ctx, G, nv, inv);
+        return;
+    }
+#endif
+    weigh_rows(out, scores, padded, v_cache, rows, ctx, G, nv, kind, inv);
+}
+#endif
+
+/* A work item's scratch (row offsets and scores) lives on the stack up to this size, past it on the heap:
+ * a malloc per work item cost as much as a short context's attention. */
+#define ATTN_STACK_BYTES (128 * 1024)
+
+/* One query head at a time, one element at a time (q widened and pre-scaled here). */
+static void attend_heads_scalar(const void *q, int act_kind, float softmax_scale, const void *k_cache,
+                                const void *v_cache, const int64_t *rows, int64_t ctx, int group, int head_dim,
+                                float k_scale, float v_scale, int cache_kind, float *scores, float *out) {
+    float qf[head_dim];
+    for (int g = 0; g < group; g++) {
+        load_row(qf, q, (int64_t)g * head_dim, head_dim, act_kind, 1.0f);
+        for (int i = 0; i < head_dim; i++) qf[i] *= softmax_scale;
+        attend_head_scalar(qf, k_cache, v_cache, rows, ctx, head_dim, k_scale, v_scale, cache_kind, scores,
+                           out + g * head_dim);
+    }
+}
 
 /* One query token per sequence against its paged context, work split over (sequence, kv head).
  * q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim]
  * (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
- * context_lens: [batch]. Query head h reads kv head h / (heads / kv_heads), as HF's repeat_kv. */
+ * context_lens: [batch], each at least 1. Query head h reads kv head h / (heads / kv_heads), as HF's
+ * repeat_kv. */
 void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
                       const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
                       int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
     init_fp8();
-    const int group = heads / kv_heads;
-    const float softmax_scale = 1.0f / sqrtf((float)head_dim);
+    int group = heads / kv_heads;
+    float softmax_scale = 1.0f / sqrtf((float)head_dim);
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < batch; b++) {
         for (int kvh = 0; kvh < kv_heads; kvh++) {
-            int64_t ctx = context_lens[b], at = ((int64_t)b * heads + (int64_t)kvh * group) * head_dim;
-            const int64_t *table = block_tables + (int64_t)b * max_blocks;
-            float *qf = (float *)malloc(sizeof(float) * (size_t)(2 * group * head_dim));
-            float *o = qf + group * head_dim;
-            float *scores = (float *)malloc(sizeof(float) * (size_t)(group * (ctx + 16)));
-            load_row(qf, q, at, group * head_dim, act_kind, 1.0f);
-            for (int i = 0; i < group * head_dim; i++) qf[i] *= softmax_scale;
+            int64_t ctx = context_lens[b], padded = (ctx + 15) & ~(int64_t)15;
+            int on_heap = padded * (8 + 4 * group) > ATTN_STACK_BYTES;
+            int64_t rows_on_stack[on_heap ? 1 : padded];
+            float scores_on_stack[on_heap ? 1 : group * padded], o[group * head_dim];
+            void *heap = on_heap ? malloc((size_t)(padded * (8 + 4 * group))) : NULL;
+            int64_t *rows = on_heap ? (int64_t *)heap : rows_on_stack;
+            float *scores = on_heap ? (float *)(rows + padded) : scores_on_stack;
+            int64_t at = ((int64_t)b * heads + (int64_t)kvh * group) * head_dim;  /* the group's heads are adjacent */
+            const char *qg = (const char *)q + at * (act_kind == F32 ? 4 : 2);
+            context_rows(rows, block_tables + (int64_t)b * max_blocks, ctx, block_size, kv_heads, kvh, head_dim);
 #ifdef __AVX512F__
-            if ((head_dim == 64 || head_dim == 128) && group <= 8) {
-                if (head_dim == 64)
-                    attend_group(qf, group, k_cache, v_cache, table, ctx, block_size, kv_heads, kvh, 4, k_scale, v_scale,
-                                 cache_kind, scores, o);
-                else
-                    attend_group(qf, group, k_cache, v_cache, table, ctx, block_size, kv_heads, kvh, 8, k_scale, v_scale,
-                                 cache_kind, scores, o);
+            if (head_dim == 64 || head_dim == 128) {
+#if defined(__AVX512BF16__)
+                int bf16_dots = act_kind == BF16 && cache_kind == BF16;
+#else
+                int bf16_dots = 0;
+#endif
+                /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
+                for (int g0 = 0; g0 < group; g0 += 8) {
+                    const char *qs = qg + (int64_t)g0 * head_dim * (act_kind == F32 ? 4 : 2);
+                    float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
+#define ATTEND_NV(G, NV, DOTS)                                                                                \
+    attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, G, NV, DOTS, k_scale, v_scale, cache_kind, \
+                 ss, os)
+#define ATTEND(G)                                                                                  \
+    if (head_dim == 64) { if (bf16_dots) ATTEND_NV(G, 4, 1); else ATTEND_NV(G, 4, 0); }           \
+    else { if (bf16_dots) ATTEND_NV(G, 8, 1); else ATTEND_NV(G, 8, 0); }
+                    FOR_1_TO_8(group - g0, ATTEND)
+#undef ATTEND
+#undef ATTEND_NV
+                }
             } else
 #endif
-                for (int h = 0; h < group; h++)
-                    attend_head_scalar(qf + h * head_dim, k_cache, v_cache, table, ctx, block_size, kv_heads, kvh,
-                                       head_dim, k_scale, v_scale, cache_kind, scores, o + h * head_dim);
+                attend_heads_scalar(qg, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, group, head_dim, k_scale,
+                                    v_scale, cache_kind, scores, o);
             store_row(out, at, o, group * head_dim, act_kind);
-            free(scores);
-            free(qf);
+            free(heap);
         }
     }
 }
@@ -389,20 +583,7 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
  * the weights in cache, 17.8 streaming; 24-26 with it; 1-8 KiB all alike; bf16 from 4 rows up: 8 rows
  * 239 -> 185 us per 2048x768; the int8 widening kernel got slower with it, so it has none). */
 #define WEIGHT_PREFETCH 2048
-/* The per-tile loops below run over `rows` accumulators; inlined with `rows` a constant (this switch),
- * the compiler keeps them in registers. With `rows` a runtime value they lived on the stack, and the
- * int4 kernel ran at a third of torch's speed. */
-#define FOR_ROWS(rows, CALL) \
-    switch (rows) {          \
-    case 1: CALL(1); break;  \
-    case 2: CALL(2); break;  \
-    case 3: CALL(3); break;  \
-    case 4: CALL(4); break;  \
-    case 5: CALL(5); break;  \
-    case 6: CALL(6); break;  \
-    case 7: CALL(7); break;  \
-    default: CALL(8); break; \
-    }
+/* Tile loops run over `rows` accumulators, `rows` made a constant by FOR_1_TO_8. */
 
 /* x rounded to float8_e4m3fn (round to nearest even, as torch's cast; |x| already <= 448). */
 static inline float round_e4m3(float v) {
@@ -523,7 +704,7 @@ void gemm_int8(const void *x, int64_t M, int K, const int8_t *w, const float *sc
             int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
             float out[TILE_M];
 #define INT8_TILE(R) int8_rows(xf + m0 * K, R, K, w + (int64_t)n * K, out)
-            FOR_ROWS(rows, INT8_TILE)
+            FOR_1_TO_8(rows, INT8_TILE)
 #undef INT8_TILE
             for (int m = 0; m < rows; m++) {
                 float v = out[m] * scale[n];
@@ -574,7 +755,7 @@ void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, ui
         for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
             int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
 #define BF16_TILE(R) bf16_tile(x + m0 * K, R, K, wrow, y + m0 * N + n, N)
-            FOR_ROWS(rows, BF16_TILE)
+            FOR_1_TO_8(rows, BF16_TILE)
 #undef BF16_TILE
         }
     }
@@ -651,7 +832,7 @@ void gemm_int4(const uint16_t *x, int64_t M, int K, const uint8_t *w, const floa
             for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
                 int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
 #define INT4_TILE(R) int4_block(x + m0 * K, R, 1, K, wrow, srow, group, table, y + m0 * N + n, N)
-                FOR_ROWS(rows, INT4_TILE)
+                FOR_1_TO_8(rows, INT4_TILE)
 #undef INT4_TILE
             }
     }
@@ -750,7 +931,7 @@ void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const floa
             const uint8_t *xm = xq + m0 * kpad;
             void *ym = (char *)y + (m0 * N + n) * (kind == F32 ? 4 : 2);
 #define VNNI_TILE(R) vnni_block(xm, R, K, kpad, wrow, scale[n], weight_sums[n], input_scale, ym, N, kind)
-            FOR_ROWS(rows, VNNI_TILE)
+            FOR_1_TO_8(rows, VNNI_TILE)
 #undef VNNI_TILE
         }
     }
