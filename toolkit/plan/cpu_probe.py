@@ -28,7 +28,7 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 10  # bump when the probe measures differently: older caches are measured again
+VERSION = 11  # bump when the probe measures differently: older caches are measured again
 # The engine's linear kernels: int8 is the widening int8 GEMM (fp8 weights on this CPU), int8a8 INT8-SQ's
 # integer one (int8 activations, VNNI where the CPU has it).
 KERNELS = ("fp32", "bf16", "int8", "int8a8", "int4")
