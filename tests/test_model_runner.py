@@ -253,23 +253,15 @@ def test_int4_kernels_serve_the_checkpoint_exactly(quantized, qformat):
 def test_fp8_served_as_int8_on_cpu_stays_close(quantized, hf_model):
     """On the CPU, fp8 weights run as int8 per channel (torch's fp8 GEMM is a slow reference path there).
     That is a second rounding of the weights: measured 64 % of the fp8 format's own effect away from the
-    exact fp8 GEMM's logits on this tiny model (2026-11-23); held to 80 %, i.e. the same order as fp8. Decode
-    steps on VNNI add a per-row int8 rounding of the activations, held to the same bound."""
+    exact fp8 GEMM's logits on this tiny model (2026-11-23); held to 80 %, i.e. the same order as fp8."""
     ckpt, fake_quant = quantized("fp8")
     served = _runner(ckpt, "fp32", fp8_kernel="auto")
     assert served.weight_format == "int8(fp8)-a8"
     prompt = PROMPTS[0]
-    paged = PagedSequences(served.cache.num_blocks)
-    step = paged.step({0: prompt}, logits_for="all")
-    exact_runner = _runner(ckpt, "fp32")
-    exact = exact_runner.forward(step)
+    step = PagedSequences(served.cache.num_blocks).step({0: prompt}, logits_for="all")
+    exact = _runner(ckpt, "fp32").forward(step)
     quant_effect = (_reference(hf_model, prompt) - _reference(fake_quant, prompt)).abs().max().item()
     assert (served.forward(step) - exact).abs().max().item() < 0.8 * quant_effect
-    # Decode steps: where the CPU has VNNI the fp8-rounded activations are also rounded to int8 per row
-    # (small preset, 6 steps: 0.18 of its max logit 1.95 against 0.20 on the widening kernel, 2026-11-23).
-    for token in (11, 12, 13, 14):
-        step = paged.step({0: [token]})
-        assert (served.forward(step) - exact_runner.forward(step)).abs().max().item() < 0.8 * quant_effect
 
 
 @pytest.mark.parametrize("qformat", ["int4_awq", "fp8"])

@@ -308,28 +308,3 @@ def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_qua
     q = torch.randint(-127, 128, (70, 300), generator=gen, dtype=torch.int8)
     scale = torch.rand(70, generator=gen) * 0.01
     assert torch.equal(kernels.widen_int8(q, scale), (q.float() * scale[:, None]).to(torch.bfloat16))
-
-
-@pytest.mark.parametrize("rows", [1, 3, 8])
-def test_fp8_activations_on_vnni_round_to_int8_per_row(kernels, rows):
-    """fp8 weights served as int8 on VNNI: x rounded to fp8 at input_scale (as calibrated), then to int8 with
-    one scale per row (its largest value / 127), summed exactly in integers."""
-    import torch
-
-    from toolkit.engine.runtime.kernels import fake_quant_activation
-
-    if not kernels.has_int8_vnni:
-        pytest.skip("this CPU has no AVX512-VNNI")
-    gen = torch.Generator().manual_seed(rows)
-    input_scale = 0.01
-    w = torch.randint(-127, 128, (300, 768), generator=gen, dtype=torch.int8)
-    scale = torch.rand(300, generator=gen) * 0.01
-    for act in (torch.float32, torch.bfloat16):
-        x = (torch.randn(rows, 768, generator=gen) * 2).to(act)
-        fp8 = fake_quant_activation(x, "fp8", torch.tensor(input_scale)).float()
-        row_scale = fp8.abs().amax(dim=1, keepdim=True) / 127
-        q = torch.round(fp8 / row_scale).clamp(-128, 127).to(torch.int64)
-        exact = (q @ w.to(torch.int64).t()).double() * row_scale.double() * scale.double()[None, :]
-        got = kernels.gemm_int8_vnni(x, w, scale, w.sum(dim=1, dtype=torch.int32), input_scale, "fp8")
-        rel = 1e-5 if act == torch.float32 else 2 ** -8
-        assert ((got.double() - exact).abs() <= rel * exact.abs() + 1e-5).all()

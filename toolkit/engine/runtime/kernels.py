@@ -6,8 +6,8 @@
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on VNNI (exact in integers) for
          decode; the C widening GEMM where the CPU lacks VNNI; `torch._weight_int8pack_mm` / widened above
   fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; on the CPU (whose fp8
-         GEMM is a slow reference path in torch 2.13) re-quantized to int8 per channel (stated once); on VNNI
-         the fp8-rounded activations are rounded once more, to int8 per row, else the widening int8 GEMM
+         GEMM is a slow reference path in torch 2.13) re-quantized to int8 per channel (stated once) on the
+         widening int8 GEMM (fp8 activations are not integers, so not VNNI)
 
 Each linear also describes itself for the one-call C decode step (`native_linear`, csrc/decode_step.c).
 
@@ -182,9 +182,8 @@ class Int8Linear(Linear):
         self.native = native
         self.scales_fp32 = scales.float().contiguous() if native is not None else None
         self.input_scale_value = 1.0 if input_scale is None else float(input_scale)
-        # On VNNI: INT8-SQ exact in integers; fp8 activations (fp8 weights served as int8 here) rounded once more,
-        # to int8 per row (see decode_kernels.c). Each weight row's sum precomputed.
-        self.vnni = native is not None and native.has_int8_vnni and act_quant in ("int8", "fp8")
+        # INT8-SQ on VNNI: exact integer dot products (see decode_kernels.c), each weight row's sum precomputed
+        self.vnni = native is not None and native.has_int8_vnni and act_quant == "int8"
         self.weight_sums = values.sum(dim=1, dtype=torch.int32).contiguous() if self.vnni else None
         self.act_quant, self.input_scale = act_quant, input_scale
         self.weight_format = "int8" + ("-a8" if act_quant else "")
@@ -197,8 +196,7 @@ class Int8Linear(Linear):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if self.vnni and x2.shape[0] <= NATIVE_INT8_VNNI_ROWS:
-            y = self.native.gemm_int8_vnni(x2, self.weight, self.scales_fp32, self.weight_sums, self.input_scale_value,
-                                           self.act_quant)
+            y = self.native.gemm_int8_vnni(x2, self.weight, self.scales_fp32, self.weight_sums, self.input_scale_value)
             return y.reshape(*shape[:-1], self.weight.shape[0])
         if self.native is not None and x2.shape[0] <= NATIVE_INT8_ROWS:  # activation rounding fused in
             y = self.native.gemm_int8(x2, self.weight, self.scales_fp32, self.act_quant, self.input_scale_value)
@@ -306,7 +304,7 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str
         if fp8_kernel == "int8" or (fp8_kernel == "auto" and on_cpu):
             _say_once("fp8-int8", "fp8 weights: torch's fp8 GEMM on CPU is a slow reference path; serving them as "
                                   "int8 per output channel (re-quantized from the fp8 values) on the int8 kernel, "
-                                  "activations still rounded to fp8 (and, on VNNI, then to int8 per row)")
+                                  "activations still rounded to fp8")
             return fp8_as_int8(weight, rows, dtype, first.act_quant, input_scale, native)
         if not fp8_scaled_mm_available(str(device)):
             _say_once("fp8", f"fp8: torch._scaled_mm is not available on {device}: fp8 weights are widened to "

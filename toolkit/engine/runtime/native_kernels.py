@@ -159,7 +159,7 @@ class NativeKernels:
         self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
         if self.has_int8_vnni:
             library.gemm_int8_vnni.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int,
-                                               c.c_void_p, c.c_int, c.c_int, c.c_float]
+                                               c.c_void_p, c.c_int, c.c_float]
             library.gemm_int8_vnni.restype = None
         for fn in (library.rms_norm, library.add_rms_norm, library.silu_mul, library.rope, library.decode_attention, library.gemm_int8,
                    library.gemm_bf16, library.gemm_int4, library.unpack_int4):
@@ -270,17 +270,16 @@ class NativeKernels:
         self._lib.widen_int8(weight.data_ptr(), scale.data_ptr(), weight.shape[0], weight.shape[1], out.data_ptr())
         return out
 
-    def gemm_int8_vnni(self, x, weight, scale, weight_sums, input_scale: float, act_quant: str = "int8"):
-        """int8 x int8 on VNNI (only where has_int8_vnni): weight int8 [N, K], scale fp32 [N], weight_sums int32
-        [N] (each row's sum) → [M, N] in x's dtype. act_quant "int8" (INT8-SQ): x rounded to int8 at
-        input_scale, exact in integers; "fp8": x rounded to fp8 at input_scale, then to int8 per row."""
+    def gemm_int8_vnni(self, x, weight, scale, weight_sums, input_scale: float):
+        """INT8-SQ exactly in integers (only where has_int8_vnni): x rounded to int8 at input_scale, weight int8
+        [N, K], scale fp32 [N], weight_sums int32 [N] (each row's sum) → [M, N] in x's dtype."""
         import torch
 
         x = x.contiguous()
         n, k = weight.shape
         y = torch.empty(x.shape[0], n, dtype=x.dtype)
         self._lib.gemm_int8_vnni(x.data_ptr(), x.shape[0], k, weight.data_ptr(), scale.data_ptr(), weight_sums.data_ptr(),
-                                 n, y.data_ptr(), ACTIVATION_KINDS[str(x.dtype)], ACT_QUANT[act_quant], input_scale)
+                                 n, y.data_ptr(), ACTIVATION_KINDS[str(x.dtype)], input_scale)
         return y
 
     def gemm_bf16(self, x, weight):

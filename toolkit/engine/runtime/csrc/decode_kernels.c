@@ -913,7 +913,7 @@ static void quantize_rows_u8(const void *x, int64_t M, int K, int kpad, int kind
 }
 
 INLINE void vnni_block(const uint8_t *xq, const int rows, int K, int kpad, const int8_t *wrow, float scale,
-                       int32_t weight_sum, const float *row_scale, void *y, int64_t N, int kind) {
+                       int32_t weight_sum, float input_scale, void *y, int64_t N, int kind) {
     __m512i acc[TILE_M];
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_si512();
     for (int k = 0; k < K; k += 64) {
@@ -925,33 +925,17 @@ INLINE void vnni_block(const uint8_t *xq, const int rows, int K, int kpad, const
             acc[m] = _mm512_dpbusd_epi32(acc[m], _mm512_loadu_si512((const void *)(xq + m * kpad + k)), wv);
     }
     for (int m = 0; m < rows; m++) {
-        float v = (float)(_mm512_reduce_add_epi32(acc[m]) - 128 * weight_sum) * row_scale[m] * scale;
+        float v = (float)(_mm512_reduce_add_epi32(acc[m]) - 128 * weight_sum) * input_scale * scale;
         if (kind == F32) ((float *)y)[m * N] = v;
         else ((uint16_t *)y)[m * N] = f32_to_bf16(v);
     }
 }
 
-/* act_quant 1 (INT8-SQ): x rounded to int8 at the static input_scale, exact. act_quant 2 (fp8 weights served
- * as int8 on this CPU): x rounded to fp8 at input_scale as calibrated, then to int8 with one scale per row
- * (its largest value / 127), a second rounding stated in kernels.py: fp8 values are not integers. */
 void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,
-                    int N, void *y, int kind, int act_quant, float input_scale) {
+                    int N, void *y, int kind, float input_scale) {
     const int kpad = (K + 63) / 64 * 64;
     uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
-    float *row_scale = (float *)malloc(sizeof(float) * (size_t)M);
-    if (act_quant == 2) {
-        float *xf = widen_activations(x, M, K, kind, 2, input_scale);
-        for (int64_t m = 0; m < M; m++) {
-            float amax = 0.0f;
-            for (int k = 0; k < K; k++) amax = fabsf(xf[m * K + k]) > amax ? fabsf(xf[m * K + k]) : amax;
-            row_scale[m] = amax > 0.0f ? amax / 127.0f : 1.0f;
-            quantize_rows_u8(xf + m * K, 1, K, kpad, F32, row_scale[m], xq + m * kpad);
-        }
-        free(xf);
-    } else {
-        for (int64_t m = 0; m < M; m++) row_scale[m] = input_scale;
-        quantize_rows_u8(x, M, K, kpad, kind, input_scale, xq);
-    }
+    quantize_rows_u8(x, M, K, kpad, kind, input_scale, xq);
     /* One weight row at a time, at every row count: blocks of 2-4 weight rows (as the int4 kernel uses for its
      * longer chains) read 2-4 interleaved short streams, which the hardware prefetcher follows worse than
      * one: 1-4 rows 54-57 us per 2048x768 with one, 54-71 with blocks (measured). */
@@ -962,12 +946,11 @@ void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const floa
             int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
             const uint8_t *xm = xq + m0 * kpad;
             void *ym = (char *)y + (m0 * N + n) * (kind == F32 ? 4 : 2);
-#define VNNI_TILE(R) vnni_block(xm, R, K, kpad, wrow, scale[n], weight_sums[n], row_scale + m0, ym, N, kind)
+#define VNNI_TILE(R) vnni_block(xm, R, K, kpad, wrow, scale[n], weight_sums[n], input_scale, ym, N, kind)
             FOR_1_TO_8(rows, VNNI_TILE)
 #undef VNNI_TILE
         }
     }
-    free(row_scale);
     free(xq);
 }
 #endif

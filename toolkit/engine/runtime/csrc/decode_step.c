@@ -80,8 +80,7 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         break;
 #if defined(HAVE_GEMM_INT8_VNNI)
     case LIN_INT8_VNNI:
-        gemm_int8_vnni(x, M, l->k, (const int8_t *)l->weight, l->scale, l->weight_sums, l->n, y, act, l->act_quant,
-                       l->input_scale);
+        gemm_int8_vnni(x, M, l->k, (const int8_t *)l->weight, l->scale, l->weight_sums, l->n, y, act, l->input_scale);
         break;
 #endif
     }
