@@ -99,6 +99,8 @@ static inline void store_row(void *dst, int64_t at, const float *src, int n, int
     for (; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
+static inline size_t act_bytes(int kind) { return kind == F32 ? 4 : 2; } /* activations: fp32 or bf16 */
+
 /* Rounds v to the activation dtype, as a torch op whose output has that dtype would. */
 static inline float round_to(float v, int kind) { return kind == BF16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
 
@@ -497,7 +499,7 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
             int64_t *rows = on_heap ? (int64_t *)heap : rows_on_stack;
             float *scores = on_heap ? (float *)(rows + padded) : scores_on_stack;
             int64_t at = ((int64_t)b * heads + (int64_t)kvh * group) * head_dim;  /* the group's heads are adjacent */
-            const char *qg = (const char *)q + at * (act_kind == F32 ? 4 : 2);
+            const char *qg = (const char *)q + at * act_bytes(act_kind);
             context_rows(rows, block_tables + (int64_t)b * max_blocks, ctx, block_size, kv_heads, kvh, head_dim);
 #ifdef __AVX512F__
             if (head_dim == 64 || head_dim == 128) {
@@ -508,7 +510,7 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
 #endif
                 /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
                 for (int g0 = 0; g0 < group; g0 += 8) {
-                    const char *qs = qg + (int64_t)g0 * head_dim * (act_kind == F32 ? 4 : 2);
+                    const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
                     float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
 #define ATTEND_NV(G, NV, DOTS)                                                                                \
     attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, G, NV, DOTS, k_scale, v_scale, cache_kind, \
@@ -640,7 +642,7 @@ static float *widen_activations(const void *x, int64_t M, int K, int kind, int a
 void round_activations(const void *x, int64_t M, int K, int kind, int act_quant, float input_scale, void *out) {
     #pragma omp parallel for if (M > 4)
     for (int64_t m = 0; m < M; m++) {
-        float *row = widen_activations((const char *)x + m * K * (kind == F32 ? 4 : 2), 1, K, kind, act_quant,
+        float *row = widen_activations((const char *)x + m * K * act_bytes(kind), 1, K, kind, act_quant,
                                        input_scale);
         store_row(out, m * K, row, K, kind);
         free(row);
@@ -945,7 +947,7 @@ void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const floa
         for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
             int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
             const uint8_t *xm = xq + m0 * kpad;
-            void *ym = (char *)y + (m0 * N + n) * (kind == F32 ? 4 : 2);
+            void *ym = (char *)y + (m0 * N + n) * act_bytes(kind);
 #define VNNI_TILE(R) vnni_block(xm, R, K, kpad, wrow, scale[n], weight_sums[n], input_scale, ym, N, kind)
             FOR_1_TO_8(rows, VNNI_TILE)
 #undef VNNI_TILE

@@ -38,8 +38,6 @@ typedef struct {
     int32_t stub_gemms; /* benchmarks only (perf/engine_bench.py): GEMMs and attention write zeros instead */
 } model_t;
 
-static inline size_t act_size(int kind) { return kind == F32 ? 4 : 2; }
-
 int decode_kind_supported(int kind) {
 #if defined(HAVE_GEMM_INT8_VNNI)
     if (kind == LIN_INT8_VNNI) return 1;
@@ -62,7 +60,7 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         }
     }
     if (stub) {
-        memset(y, 0, (size_t)M * l->n * act_size(act));
+        memset(y, 0, (size_t)M * l->n * act_bytes(act));
         return;
     }
     switch (l->kind) {
@@ -104,7 +102,7 @@ static uint8_t e4m3_byte(float v) {
 static void write_kv(const model_t *m, const layer_t *l, const void *qkv, int64_t batch, int qkv_n,
                      const int64_t *slots) {
     const int kv = m->kv_heads * m->head_dim, q = m->heads * m->head_dim, act = m->act_kind, cache = m->cache_kind;
-    const size_t es = act_size(act);
+    const size_t es = act_bytes(act);
     for (int64_t b = 0; b < batch; b++)
         for (int part = 0; part < 2; part++) {
             void *dst = part ? l->v_cache : l->k_cache;
@@ -136,7 +134,7 @@ int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64
                   const int64_t *block_tables, const int64_t *context_lens, int max_blocks) {
     const int act = m->act_kind, hd = m->head_dim, q = m->heads * hd, kv = m->kv_heads * hd;
     const int qkv_n = q + 2 * kv;
-    const size_t es = act_size(act);
+    const size_t es = act_bytes(act);
     char *qkv = malloc(batch * qkv_n * es), *qbuf = malloc(batch * q * es), *attn = malloc(batch * q * es);
     char *gate_up = malloc(batch * 2 * m->inter * es), *mid = malloc(batch * m->inter * es);
     char *delta = malloc(batch * m->hidden * es);
