@@ -176,7 +176,7 @@ class ModelRunner:
             if len(layer.qkv) != 1 or len(layer.gate_up) != 1:
                 return None
             parts = [lin.native_linear() for lin in (layer.qkv[0], layer.o, layer.gate_up[0], layer.down)]
-            if any(p is None or not self.native.decode_kind_supported(p.kind) for p in parts):
+            if any(p is None for p in parts):  # None: that linear is not on a C GEMM this CPU has
                 return None
             layers.append(NativeLayer(*parts, layer.o_smooth, layer.down_smooth, layer.input_norm, layer.post_norm,
                                       self.cache.k[i], self.cache.v[i], self.cache.k_scale[i], self.cache.v_scale[i]))
@@ -314,9 +314,11 @@ class ModelRunner:
             _, tables, lens = plan[0]
             h = self.embed[token_ids].contiguous()
             x = torch.empty_like(h)
-            if self.native.decode_layers(self.decoder, h, x, positions.to(torch.int64).contiguous(),
-                                         slots.to(torch.int64).contiguous(), tables, lens):
-                return self.lm_head(x[logits_indices]).float()
+            if not self.native.decode_layers(self.decoder, h, x, positions.to(torch.int64).contiguous(),
+                                             slots.to(torch.int64).contiguous(), tables, lens):
+                raise RuntimeError("the C decode step refused the model description (out of memory, or a linear "
+                                   "kind this build lacks): start the engine with native=False")
+            return self.lm_head(x[logits_indices]).float()
         if self.native is not None:
             x = self._fused_layers(token_ids, positions, slots, lambda i, q: self._attend(i, q, plan))
             return self.lm_head(x[logits_indices]).float()

@@ -149,8 +149,6 @@ class NativeKernels:
         library.decode_layers.argtypes = [c.POINTER(_ModelDesc), c.c_void_p, c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p,
                                           c.c_void_p, c.c_void_p, c.c_int]
         library.decode_layers.restype = c.c_int
-        library.decode_kind_supported.argtypes = [c.c_int]
-        library.decode_kind_supported.restype = c.c_int
         library.gemm_int8_vnni_available.restype = c.c_int
         library.round_activations.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int, c.c_float, c.c_void_p]
         library.widen_int8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
@@ -225,14 +223,11 @@ class NativeKernels:
         return out
 
 
-    def decode_kind_supported(self, kind: int) -> bool:
-        return bool(self._lib.decode_kind_supported(kind))
-
     def decode_layers(self, model: DecodeModel, h, x, positions, slots, block_tables, context_lens) -> bool:
         """Every decoder layer of a decode-only step (csrc/decode_step.c): h [batch, hidden] contiguous, the
         embedded tokens, becomes the last residual stream; x (like h) receives the final-normed hidden states.
         positions, slots, context_lens int64 [batch]; block_tables int64 [batch, max_blocks]. False (nothing
-        written) where a linear's kernel is not compiled into this library: see `decode_kind_supported`."""
+        written) where the C side refuses the description (a linear kind this library lacks, or no memory)."""
         return self._lib.decode_layers(ctypes.byref(model.desc), h.data_ptr(), x.data_ptr(), h.shape[0],
                                        positions.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
                                        context_lens.data_ptr(), block_tables.shape[1]) == 0

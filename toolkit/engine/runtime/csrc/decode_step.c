@@ -38,7 +38,7 @@ typedef struct {
     int32_t stub_gemms; /* benchmarks only (perf/engine_bench.py): GEMMs and attention write zeros instead */
 } model_t;
 
-int decode_kind_supported(int kind) {
+static int decode_kind_supported(int kind) { /* what decode_layers checks before writing anything */
 #if defined(HAVE_GEMM_INT8_VNNI)
     if (kind == LIN_INT8_VNNI) return 1;
 #endif
