@@ -66,13 +66,13 @@ class HardwareSpec:
     def peak_flops(self, weights: str) -> float:
         return self.peak_tflops[self.compute_type(weights)] * 1e12
 
-    def decode_peak_flops(self, weights: str, batch: float = 8) -> float:
+    def decode_peak_flops(self, weights: str, batch: float) -> float:
         """The rate of a decode step's matmuls at `batch` rows: on the CPU the probed rate of the engine's
         few-row kernels at that many rows (linear between the probed batches, the nearest one outside them),
         below what its prefill kernels reach; elsewhere the device's peak."""
         rates = (self.probe.get("decode_flops") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
-        if not isinstance(rates, dict) or not rates:  # probes before VERSION 9 stored one rate
-            return rates or self.peak_flops(weights)
+        if not rates:
+            return self.peak_flops(weights)
         points = sorted((int(rows), rate) for rows, rate in rates.items())  # JSON keys come back as strings
         if batch <= points[0][0]:
             return points[0][1]

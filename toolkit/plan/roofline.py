@@ -140,7 +140,7 @@ class BatchPoint:
 @dataclass(frozen=True)
 class Roofline:
     crossover: float  # FLOP/byte ridge of the format's rate
-    peak_flops: float  # the format's matmul rate (decode)
+    peak_flops: float  # the format's matmul rate in decode at the planned batch
     prefill_peak_flops: float  # the rate prefill can reach (CPU: the faster of the format's and bf16's)
     crossover_batch: float | None  # decode batch at which the step turns compute-bound
     prefill_intensity: float
@@ -181,7 +181,7 @@ def plan_roofline(spec: ModelSpec, hw: HardwareSpec, d: Deployment, mem: MemoryP
         if bound == "capacity":
             break
     return Roofline(
-        crossover=crossover, peak_flops=hw.decode_peak_flops(d.weights), prefill_peak_flops=prefill_flops_rate(hw, d.weights),
+        crossover=crossover, peak_flops=hw.decode_peak_flops(d.weights, d.batch), prefill_peak_flops=prefill_flops_rate(hw, d.weights),
         crossover_batch=crossover_batch(spec, hw, d, context),
         prefill_intensity=prefill_ai, decode_intensity=decode_ai,
         prefill_bound="compute" if prefill_ai >= crossover else "memory",
