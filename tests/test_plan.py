@@ -301,7 +301,7 @@ SMALL = ModelSpec("small", hidden_size=768, num_layers=16, num_heads=12, num_kv_
                   intermediate_size=2048, vocab_size=4096)
 # Fixed figures (not measured) so that the arithmetic below is exact.
 PROBE = {"bandwidth_bytes_s": 30e9,
-         "flops": {"fp32": 50e9, "bf16": 200e9, "int8": 100e9, "int8a8": 100e9, "int4": 100e9},
+         "flops": {"fp32": 50e9, "bf16": 200e9, "int8a8": 100e9, "fp8": 100e9, "int4": 100e9},
          "memory_bytes": 24e9, "spread": {"x": 0.05}, "rounds": 3, "threads": 2, "cpu": "test", "measured": "2026"}
 
 
@@ -373,7 +373,7 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_probe, "measure_cpu", functools.partial(cpu_probe.measure_cpu, rounds=2,
                                                                     stream_mib=4, repeats=1))
     first = cpu_probe.cpu_probe()
-    kernels = {"fp32", "bf16", "int8", "int8a8", "int4"}
+    kernels = {"fp32", "bf16", "int8a8", "fp8", "int4"}
     assert set(first["flops"]) == kernels and all(v > 0 for v in first["flops"].values())
     assert set(first["decode_flops"]) == kernels
     assert all(set(rates) == {str(rows) for rows in cpu_probe.DECODE_ROWS} and min(rates.values()) > 0

@@ -28,11 +28,11 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 11  # bump when the probe measures differently: older caches are measured again
-# The engine's linear kernels: int8 is the widening int8 GEMM (fp8 weights on this CPU), int8a8 INT8-SQ's
-# integer one (int8 activations, VNNI where the CPU has it).
-KERNELS = ("fp32", "bf16", "int8", "int8a8", "int4")
-_WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8": 1, "int8a8": 1, "int4": 0.5}
+VERSION = 12  # bump when the probe measures differently: older caches are measured again
+# The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
+# where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
+KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
+_WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5}
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
 DECODE_IN_FEATURES = 1024
 INT4_GROUP = 128
@@ -76,10 +76,15 @@ def _kernel(name: str, out_features: int, in_features: int):
         dtype = torch.float32 if name == "fp32" else torch.bfloat16
         linear = kernels.DenseLinear(torch.randn(block, in_features).repeat(repeats, 1), dtype, native)
         return linear.weight_bytes, dtype, linear
-    if name in ("int8", "int8a8"):
+    if name == "int8a8":
         values = torch.randint(-128, 128, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
-        act = ("int8", torch.tensor(0.02)) if name == "int8a8" else (None, None)
-        linear = kernels.Int8Linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, *act, native=native)
+        linear = kernels.Int8Linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, "int8",
+                                    torch.tensor(0.02), native=native)
+        return linear.weight_bytes, torch.bfloat16, linear
+    if name == "fp8":
+        values = (torch.randn(block, in_features) * 40).to(torch.float8_e4m3fn).repeat(repeats, 1)
+        linear = kernels.fp8_linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, "fp8",
+                                    torch.tensor(0.01), native=native)
         return linear.weight_bytes, torch.bfloat16, linear
     if name == "int4":
         values = torch.randint(-8, 8, (block, in_features), dtype=torch.int8).repeat(repeats, 1)

@@ -67,9 +67,10 @@ QFORMATS: dict[str, QuantFormat] = {f.name: f for f in [
     QuantFormat("fp8", weight_dtype="fp8", group_size=None, scale_dtype=None, gpu_compute="fp8",
                 gpu_requirement="fp8 tensor cores (Ada, Hopper, Blackwell)", modelopt_config="FP8_DEFAULT_CFG",
                 calibration_needs_cuda=False, trtllm_quant_algo="FP8", trtllm_gemm_plugin="disable",
-                cpu_kernel="int8",
-                cpu_note="planned as 8-bit weights on the int8 weight-only kernel: torch 2.13's CPU fp8 paths "
-                         "(_scaled_mm, fp8 → bf16 casts) ran at ~0.05 GB/s here (2026-11-23), far below memory speed"),
+                cpu_kernel="fp8",
+                cpu_note="fp8 weights as exported, on the engine's fp8 kernel (bf16 dot products, AVX512-BF16; "
+                         "else re-quantized to int8): torch 2.13's CPU fp8 paths (_scaled_mm, fp8 → bf16 casts) "
+                         "ran at ~0.05 GB/s here (2026-11-23), far below memory speed"),
     QuantFormat("int8_sq", weight_dtype="int8", group_size=None, scale_dtype=None, gpu_compute="int8",
                 gpu_requirement="int8 tensor cores (Ampere and later)", modelopt_config="INT8_SMOOTHQUANT_CFG",
                 calibration_needs_cuda=False, trtllm_quant_algo="W8A8_SQ_PER_CHANNEL", trtllm_gemm_plugin="auto",

@@ -6,8 +6,10 @@
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on VNNI (exact in integers) for
          decode; the C widening GEMM where the CPU lacks VNNI; `torch._weight_int8pack_mm` / widened above
   fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; on the CPU (whose fp8
-         GEMM is a slow reference path in torch 2.13) re-quantized to int8 per channel (stated once) on the
-         widening int8 GEMM (fp8 activations are not integers, so not VNNI)
+         GEMM is a slow reference path in torch 2.13) ModelOpt's fp8 bytes as they are, turned into bf16 by a
+         shift in the C GEMM (AVX512-BF16 dot products, exact but for fp8 subnormals, which count as zero),
+         prefill widened to bf16; without AVX512-BF16 re-quantized to int8 per channel (stated once) on the
+         widening int8 GEMM
 
 Each linear also describes itself for the one-call C decode step (`native_linear`, csrc/decode_step.c).
 
@@ -39,6 +41,7 @@ NATIVE_INT8_ROWS = 8
 # int4 24.9 vs 26.2; int8 on the widening kernel 47.5 vs 42.4 (so int8 stays at its own limit).
 STEP_BF16_ROWS = 16
 NATIVE_INT8_VNNI_ROWS = 16  # INT8-SQ's integer kernel (VNNI)
+NATIVE_FP8_ROWS = 16  # FP8's kernel: bf16 dot products as the bf16 GEMM's, on half the bytes
 _warned: set[str] = set()
 
 
@@ -228,19 +231,37 @@ class Int8Linear(Linear):
 
 
 class Fp8Linear(Linear):
-    """fp8_e4m3 weights with a per-output-channel scale (ModelOpt's per-tensor scales, one per fused part)."""
+    """fp8_e4m3 weights with a per-output-channel scale (ModelOpt's per-tensor scales, one per fused part).
 
-    def __init__(self, values, row_scales, dtype, act_quant=None, input_scale=None, use_scaled_mm=True):
+    With the C kernels (`native_ready`): the fp8 bytes in gemm_fp8's layout, decode on that GEMM, prefill
+    chunks on the weights widened to bf16 per call (the same values: fp8 subnormals dropped by both).
+    Otherwise `torch._scaled_mm` (GPUs), or the weights widened inside each torch GEMM."""
+
+    def __init__(self, values, row_scales, dtype, act_quant=None, input_scale=None, use_scaled_mm=True, native=None):
         import torch
 
-        self.weight = values.contiguous()
+        self.out_features, self.in_features = values.shape
         self.row_scales = row_scales.float().contiguous()
         self.dtype = dtype
         self.act_quant, self.input_scale = act_quant, input_scale
-        self.use_scaled_mm = use_scaled_mm and act_quant == "fp8"
+        self.input_scale_value = 1.0 if input_scale is None else float(input_scale)
+        self.native = native if self.native_ready(native, dtype, values) else None
+        self.use_scaled_mm = use_scaled_mm and act_quant == "fp8" and self.native is None
         self.one = torch.ones((), device=values.device)
-        self.weight_format = "fp8" + ("-a8" if act_quant else "") + ("" if self.use_scaled_mm else "-widened")
+        if self.native is not None:
+            self.weight = self.native.pack_fp8(values)
+            self.weight_format = "fp8" + ("-a8" if act_quant else "")
+        else:
+            self.weight = values.contiguous()
+            self.weight_format = "fp8" + ("-a8" if act_quant else "") + ("" if self.use_scaled_mm else "-widened")
         self.weight_bytes = self.weight.numel() + self.row_scales.numel() * 4
+
+    @staticmethod
+    def native_ready(native, dtype, values) -> bool:
+        import torch
+
+        return (native is not None and native.has_bf16_gemm and dtype == torch.bfloat16
+                and values.device.type == "cpu" and native.fp8_packable(values.shape[1]))
 
     def __call__(self, x):
         import torch
@@ -248,6 +269,14 @@ class Fp8Linear(Linear):
 
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
+        if self.native is not None:
+            if x2.shape[0] <= NATIVE_FP8_ROWS:
+                y = self.native.gemm_fp8(x2, self.weight, self.row_scales, self.act_quant, self.input_scale_value)
+            else:
+                if self.act_quant is not None:
+                    x2 = self.native.round_activations(x2, self.act_quant, self.input_scale_value)
+                y = F.linear(x2, self.native.widen_fp8(self.weight, self.row_scales))
+            return y.reshape(*shape[:-1], self.out_features)
         if self.use_scaled_mm:
             xq = (x2.float() / self.input_scale).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
             y = torch._scaled_mm(xq, self.weight.t(), scale_a=self.input_scale, scale_b=self.one, out_dtype=torch.float32)
@@ -255,6 +284,14 @@ class Fp8Linear(Linear):
             x2 = fake_quant_activation(x2, self.act_quant, self.input_scale)
             y = F.linear(x2.float() if self.dtype == torch.float32 else x2, self.weight.to(x2.dtype)).float()
         return (y * self.row_scales).to(x.dtype).reshape(*shape[:-1], self.weight.shape[0])
+
+    def native_linear(self):
+        from toolkit.engine.runtime.native_kernels import LIN_FP8, NativeLinear
+
+        if self.native is None:
+            return None
+        return NativeLinear(LIN_FP8, self.weight, self.out_features, self.in_features, NATIVE_FP8_ROWS, self.row_scales,
+                            act_quant=self.act_quant, input_scale=self.input_scale_value)
 
 
 def _same(tensors) -> bool:
@@ -281,8 +318,9 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str
 
     fp8_kernel: "scaled_mm" runs torch's fp8 GEMM on ModelOpt's exact values; "int8" re-quantizes the
     fp8 weights to int8 per output channel and runs the int8 kernel; "auto" picks scaled_mm off the
-    CPU and int8 on it, where torch 2.13's fp8 GEMM is a reference loop (~50x slower than bf16 at
-    batch 1, perf/README.md). native: the fused C kernels (native_kernels.py) for few-row GEMMs, or None."""
+    CPU and on it the engine's own fp8 GEMM where it builds (AVX512-BF16), else int8: torch 2.13's fp8
+    GEMM on CPU is a reference loop (~50x slower than bf16 at batch 1, perf/README.md). native: the fused
+    C kernels (native_kernels.py) for few-row GEMMs, or None."""
     import torch
 
     first = parts[0]
@@ -297,21 +335,33 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str
         scales = torch.cat([p.weight_scale for p in parts]).to(device)
         return Int8Linear(weight, scales, dtype, first.act_quant, input_scale, native)
     if first.kind == "fp8":
-        if fp8_kernel not in FP8_KERNELS:
-            raise ValueError(f"fp8_kernel {fp8_kernel!r} is not one of {', '.join(FP8_KERNELS)}")
         rows = torch.cat([p.weight_scale.float().expand(p.out_features) for p in parts]).to(device)
-        on_cpu = torch.device(device).type == "cpu"
-        if fp8_kernel == "int8" or (fp8_kernel == "auto" and on_cpu):
-            _say_once("fp8-int8", "fp8 weights: torch's fp8 GEMM on CPU is a slow reference path; serving them as "
-                                  "int8 per output channel (re-quantized from the fp8 values) on the int8 kernel, "
-                                  "activations still rounded to fp8")
-            return fp8_as_int8(weight, rows, dtype, first.act_quant, input_scale, native)
-        if not fp8_scaled_mm_available(str(device)):
-            _say_once("fp8", f"fp8: torch._scaled_mm is not available on {device}: fp8 weights are widened to "
-                             f"{dtype} inside each GEMM (8-bit weight reads, {dtype} arithmetic)")
-            return Fp8Linear(weight, rows, dtype, first.act_quant, input_scale, use_scaled_mm=False)
-        return Fp8Linear(weight, rows, dtype, first.act_quant, input_scale)
+        return fp8_linear(weight, rows, dtype, first.act_quant, input_scale, device, fp8_kernel, native)
     raise ValueError(f"no kernel for weight kind {first.kind!r}")
+
+
+def fp8_linear(weight, row_scales, dtype, act_quant, input_scale, device="cpu", fp8_kernel: str = "auto",
+               native=None) -> Linear:
+    """fp8 weights [N, K] with a scale per output row on the kernel `fp8_kernel` picks (see make_linear)."""
+    import torch
+
+    if fp8_kernel not in FP8_KERNELS:
+        raise ValueError(f"fp8_kernel {fp8_kernel!r} is not one of {', '.join(FP8_KERNELS)}")
+    on_cpu = torch.device(device).type == "cpu"
+    if fp8_kernel == "auto" and on_cpu and Fp8Linear.native_ready(native, dtype, weight):
+        return Fp8Linear(weight, row_scales, dtype, act_quant, input_scale, native=native)
+    if fp8_kernel == "int8" or (fp8_kernel == "auto" and on_cpu):
+        if fp8_kernel == "auto":
+            _say_once("fp8-int8", "fp8 weights: the engine's fp8 kernel needs AVX512-BF16, bf16 activations and "
+                                  "the C kernels, and torch's fp8 GEMM on CPU is a slow reference path; serving "
+                                  "them as int8 per output channel (re-quantized from the fp8 values) on the int8 "
+                                  "kernel, activations still rounded to fp8")
+        return fp8_as_int8(weight, row_scales, dtype, act_quant, input_scale, native)
+    if not fp8_scaled_mm_available(str(device)):
+        _say_once("fp8", f"fp8: torch._scaled_mm is not available on {device}: fp8 weights are widened to "
+                         f"{dtype} inside each GEMM (8-bit weight reads, {dtype} arithmetic)")
+        return Fp8Linear(weight, row_scales, dtype, act_quant, input_scale, use_scaled_mm=False)
+    return Fp8Linear(weight, row_scales, dtype, act_quant, input_scale)
 
 
 def fp8_as_int8(values, row_scales, dtype, act_quant, input_scale, native=None) -> Int8Linear:

@@ -26,7 +26,7 @@ _FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 SOURCES = ("decode_kernels.c", "decode_step.c")
-LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI = 0, 1, 2, 3
+LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8 = 0, 1, 2, 3, 4
 
 
 class _LinearDesc(ctypes.Structure):
@@ -75,7 +75,7 @@ class NativeLinear:
     n: int
     k: int
     max_rows: int  # up to this many rows this C GEMM beats torch's (kernels.py); a decode step takes the least
-    scale: object = None  # fp32: per output row (int8) or [n, k / group] (int4)
+    scale: object = None  # fp32: per output row (int8, fp8) or [n, k / group] (int4)
     weight_sums: object = None  # int32 [n] (LIN_INT8_VNNI)
     group: int = 0
     act_quant: str | None = None
@@ -152,7 +152,11 @@ class NativeKernels:
         library.gemm_int8_vnni_available.restype = c.c_int
         library.round_activations.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int, c.c_float, c.c_void_p]
         library.widen_int8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
+        library.gemm_fp8.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p, c.c_int,
+                                     c.c_float]
+        library.widen_fp8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
         library.round_activations.restype = library.widen_int8.restype = None
+        library.gemm_fp8.restype = library.widen_fp8.restype = None
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
         if self.has_int8_vnni:
@@ -313,6 +317,42 @@ class NativeKernels:
         self._lib.gemm_int4(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scales.data_ptr(), group_size, n,
                             y.data_ptr())
         return y
+
+    # --- fp8 (bf16 activations; only where has_bf16_gemm) --------------------------------------------
+
+    @staticmethod
+    def fp8_packable(in_features: int) -> bool:
+        return in_features % 64 == 0
+
+    @staticmethod
+    def pack_fp8(values):
+        """float8_e4m3fn [N, K] → their bytes [N, K] in gemm_fp8's layout: within each 64, byte 16L + 8h + i
+        holds weight 32h + 8L + i (see decode_kernels.c)."""
+        import torch
+
+        n, k = values.shape
+        raw = values.contiguous().view(torch.uint8).reshape(n, k // 64, 2, 4, 8)
+        return raw.permute(0, 1, 3, 2, 4).reshape(n, k).contiguous()
+
+    def gemm_fp8(self, x, packed, scale, act_quant: str | None, input_scale: float):
+        """x bf16 [M, K], first rounded to act_quant at input_scale; packed: pack_fp8's bytes [N, K]; scale
+        fp32 [N] → bf16 [M, N]."""
+        import torch
+
+        x = x.contiguous()
+        n, k = packed.shape
+        y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
+        self._lib.gemm_fp8(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scale.data_ptr(), n, y.data_ptr(),
+                           ACT_QUANT[act_quant], input_scale)
+        return y
+
+    def widen_fp8(self, packed, scale):
+        """The bf16 weights [N, K] (times their row scale) that gemm_fp8 computes with."""
+        import torch
+
+        out = torch.empty(packed.shape, dtype=torch.bfloat16)
+        self._lib.widen_fp8(packed.data_ptr(), scale.data_ptr(), packed.shape[0], packed.shape[1], out.data_ptr())
+        return out
 
     def unpack_int4(self, packed, scales, group_size: int):
         """The bf16 weights [N, K] those bytes and scales stand for."""

@@ -878,6 +878,93 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
     }
 }
 
+/* ---- fp8 (FP8): ModelOpt's e4m3 weights, exact, on AVX512-BF16 dot products ------------------------------
+ * An e4m3 byte s.eeee.mmm placed in the high byte of a 16-bit word, shifted right arithmetically by 4 and
+ * masked, is the bf16 s.0000eeee.mmm0000: e lands in the low bits of bf16's exponent, so that bf16 is the fp8
+ * value times 2^-120 exactly (a load, an unpack, a shift and a mask per 32 weights; the widening int8 kernel
+ * fp8 ran on before spent a conversion and an FMA per 16 and was compute-bound at twice the floor). fp8's
+ * subnormals (e = 0: |w| < 2^-6 in units of the tensor's scale, i.e. under 1/28672 of its largest weight)
+ * become bf16 subnormals, which AVX512-BF16 reads as zero; widen_fp8 below drops them too, so that prefill
+ * and decode serve the same weights. Activations rounded to fp8 as calibrated are exact in bf16; they go in
+ * times 2^64 (exact) so that no product with a 2^-120-scaled weight falls below fp32's normal range (the
+ * instruction flushes those), and the 2^56 left over is folded into the row scale.
+ * Layout (pack_fp8): each 64 weights stored so that the low and high unpacks of a 64-byte load (in-lane, with
+ * zeros as the low bytes) give weights k0 .. k0+31 and k0+32 .. k0+63 in order: byte 16L + 8h + i holds
+ * weight 32h + 8L + i. w [N, K] bytes, K a multiple of 64; scale [N] fp32; x [M, K] bf16; y [M, N] bf16. */
+#if defined(__AVX512BF16__)
+#define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
+#define FP8_OUT_SHIFT 72057594037927936.0f /* 2^56 = 2^120 / 2^64 */
+
+INLINE __m512bh fp8_as_bf16(__m512i high_bytes) {
+    return (__m512bh)_mm512_and_si512(_mm512_srai_epi16(high_bytes, 4), _mm512_set1_epi16((short)0x87FF));
+}
+
+/* Two accumulators per row (one per unpacked half): two independent chains of dot products, so that one row
+ * does not wait on each instruction's latency; each row's sums run the same way at every tile size. */
+INLINE void fp8_tile(const uint16_t *x, const int rows, int K, const uint8_t *wrow, float scale, uint16_t *y,
+                     int64_t N) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 lo[TILE_M], hi[TILE_M];
+    for (int m = 0; m < rows; m++) lo[m] = hi[m] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 64) {
+        _mm_prefetch((const char *)(wrow + k) + WEIGHT_PREFETCH, _MM_HINT_T0);
+        __m512i bytes = _mm512_loadu_si512((const void *)(wrow + k));
+        __m512bh w0 = fp8_as_bf16(_mm512_unpacklo_epi8(zero, bytes)), w1 = fp8_as_bf16(_mm512_unpackhi_epi8(zero, bytes));
+        for (int m = 0; m < rows; m++) {
+            const uint16_t *xm = x + (int64_t)m * K + k;
+            lo[m] = _mm512_dpbf16_ps(lo[m], w0, (__m512bh)_mm512_loadu_si512((const void *)xm));
+            hi[m] = _mm512_dpbf16_ps(hi[m], w1, (__m512bh)_mm512_loadu_si512((const void *)(xm + 32)));
+        }
+    }
+    for (int m = 0; m < rows; m++)
+        y[m * N] = f32_to_bf16(_mm512_reduce_add_ps(_mm512_add_ps(lo[m], hi[m])) * (scale * FP8_OUT_SHIFT));
+}
+#endif
+
+void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scale, int N, uint16_t *y,
+              int act_quant, float input_scale) {
+#if defined(__AVX512BF16__)
+    /* x rounded as calibrated (as kernels.fake_quant_activation rounds it, in bf16), then times 2^64: exact */
+    float *xf = widen_activations(x, M, K, BF16, act_quant, input_scale);
+    uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
+    for (int64_t i = 0; i < M * K; i++) xf[i] *= FP8_ACT_SHIFT;
+    store_row(xs, 0, xf, (int)(M * K), BF16);
+    free(xf);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const uint8_t *wrow = w + (int64_t)n * K;
+        for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
+            int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
+#define FP8_TILE(R) fp8_tile(xs + m0 * K, R, K, wrow, scale[n], y + m0 * N + n, N)
+            FOR_1_TO_8(rows, FP8_TILE)
+#undef FP8_TILE
+        }
+    }
+    free(xs);
+#else
+    (void)x; (void)M; (void)K; (void)w; (void)scale; (void)N; (void)y; (void)act_quant; (void)input_scale;
+#endif
+}
+
+/* The weights prefill computes with: the same values as gemm_fp8's (subnormals dropped) times the row
+ * scale, rounded once to bf16 [N, K] in natural order (w in pack_fp8's layout). */
+void widen_fp8(const uint8_t *w, const float *scale, int N, int K, uint16_t *out) {
+    init_fp8();
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float row[K];
+        const uint8_t *wrow = w + (int64_t)n * K;
+        for (int k0 = 0; k0 < K; k0 += 64)
+            for (int h = 0; h < 2; h++)
+                for (int L = 0; L < 4; L++)
+                    for (int i = 0; i < 8; i++) {
+                        uint8_t b = wrow[k0 + 16 * L + 8 * h + i];
+                        row[k0 + 32 * h + 8 * L + i] = (b & 0x78) == 0 ? 0.0f : fp8_table[b] * scale[n];
+                    }
+        store_row(out, (int64_t)n * K, row, K, BF16);
+    }
+}
+
 /* ---- int8 x int8 (SmoothQuant) with VNNI ------------------------------------------------------------
  * INT8-SQ's activations are integers times input_scale once rounded (as widen_activations rounds them), so
  * the GEMM runs exactly in integers: vpdpbusd multiplies unsigned by signed bytes into int32, so x goes in

@@ -12,13 +12,13 @@
  * x rounded to the activation format ModelOpt calibrated happens inside the int8 GEMMs, and here for int4.
  */
 
-enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3 };
+enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4 };
 
 typedef struct {
     int32_t kind, n, k, group, act_quant;
     float input_scale;
     const void *weight;
-    const float *scale;          /* int8: per output row; int4: [n, k / group] */
+    const float *scale;          /* int8, fp8: per output row; int4: [n, k / group] */
     const int32_t *weight_sums;  /* LIN_INT8_VNNI: sum of each output row's int8 weights */
     const void *smooth;          /* AWQ / SmoothQuant pre_quant_scale multiplied into the input, or NULL */
 } linear_t;
@@ -43,7 +43,7 @@ static int decode_kind_supported(int kind) { /* what decode_layers checks before
     if (kind == LIN_INT8_VNNI) return 1;
 #endif
 #if defined(__AVX512BF16__)
-    if (kind == LIN_BF16 || kind == LIN_INT4) return 1;
+    if (kind == LIN_BF16 || kind == LIN_INT4 || kind == LIN_FP8) return 1;
 #endif
     return kind == LIN_INT8;
 }
@@ -75,6 +75,10 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
             free(rounded);
         }
         gemm_int4((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
+        break;
+    case LIN_FP8:
+        gemm_fp8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->n, (uint16_t *)y, l->act_quant,
+                 l->input_scale);
         break;
 #if defined(HAVE_GEMM_INT8_VNNI)
     case LIN_INT8_VNNI:
