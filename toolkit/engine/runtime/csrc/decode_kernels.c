@@ -585,6 +585,13 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
  * the weights in cache, 17.8 streaming; 24-26 with it; 1-8 KiB all alike; bf16 from 4 rows up: 8 rows
  * 239 -> 185 us per 2048x768; the int8 widening kernel got slower with it, so it has none). */
 #define WEIGHT_PREFETCH 2048
+/* Where one or two activation rows leave the streaming GEMMs memory-bound: prefetch into L2, once per cache
+ * line, 8 KiB ahead (more misses in flight than L1's fill buffers allow). The int4 kernel's arithmetic per
+ * byte is high enough that loads and unpacking ran one after the other without it (17-19 GB/s streaming where
+ * a plain sum read 25-30, the same kernel in cache 38): a step's int4 GEMMs at one row 20 % faster, fp8's 15 %,
+ * bf16's 3-5 %, INT8-SQ's 16 -> 21-24 GB/s (measured 2026-11-24 and -23). From 4 rows up (compute-bound, each
+ * weight reused from L1) it made int4 7-38 % slower: there WEIGHT_PREFETCH. */
+#define STREAM_PREFETCH 8192
 /* Tile loops run over `rows` accumulators, `rows` made a constant by FOR_1_TO_8. */
 
 /* x rounded to float8_e4m3fn (round to nearest even, as torch's cast; |x| already <= 448). */
@@ -753,6 +760,7 @@ INLINE void bf16_tile(const uint16_t *x, const int rows, int K, const uint16_t *
     for (; k + 32 <= K; k += 32) {
         if (rows >= 4) /* where the arithmetic is long enough to hide the loads behind (fewer rows: slower) */
             _mm_prefetch((const char *)(wrow + k) + WEIGHT_PREFETCH, _MM_HINT_T0);
+        else _mm_prefetch((const char *)(wrow + k) + STREAM_PREFETCH, _MM_HINT_T1);
         __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wrow + k));
         for (int m = 0; m < rows; m++)
             acc[m] = _mm512_dpbf16_ps(acc[m], wv, (__m512bh)_mm512_loadu_si512((const void *)(x + m * K + k)));
@@ -811,7 +819,10 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
         for (int i = 0; i < rows * nb; i++) part[i] = _mm512_setzero_ps();
         for (int k = g0; k < g0 + group; k += 64) {
             for (int j = 0; j < nb; j++) {
-                _mm_prefetch((const char *)(w + j * wstride + k / 2 + WEIGHT_PREFETCH), _MM_HINT_T0);
+                if (nb == 1) /* several activation rows: compute-bound, the weights wanted in L1 */
+                    _mm_prefetch((const char *)(w + k / 2 + WEIGHT_PREFETCH), _MM_HINT_T0);
+                else if ((k & 127) == 0) /* one or two: once per cache line of each weight row, into L2 */
+                    _mm_prefetch((const char *)(w + j * wstride + k / 2 + STREAM_PREFETCH), _MM_HINT_T1);
                 __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + j * wstride + k / 2)));
                 __m512bh w0 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(bytes, low), table);
                 __m512bh w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
@@ -907,7 +918,8 @@ INLINE void fp8_tile(const uint16_t *x, const int rows, int K, const uint8_t *wr
     __m512 lo[TILE_M], hi[TILE_M];
     for (int m = 0; m < rows; m++) lo[m] = hi[m] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 64) {
-        _mm_prefetch((const char *)(wrow + k) + WEIGHT_PREFETCH, _MM_HINT_T0);
+        if (rows <= 2) _mm_prefetch((const char *)(wrow + k) + STREAM_PREFETCH, _MM_HINT_T1);
+        else _mm_prefetch((const char *)(wrow + k) + WEIGHT_PREFETCH, _MM_HINT_T0);
         __m512i bytes = _mm512_loadu_si512((const void *)(wrow + k));
         __m512bh w0 = fp8_as_bf16(_mm512_unpacklo_epi8(zero, bytes)), w1 = fp8_as_bf16(_mm512_unpackhi_epi8(zero, bytes));
         for (int m = 0; m < rows; m++) {
@@ -974,9 +986,6 @@ void widen_fp8(const uint8_t *w, const float *scale, int N, int K, uint16_t *out
  * w [N, K] int8, scale [N] fp32, weight_sums [N] int32; x [M, K] in the activation dtype; y [M, N] likewise. */
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define HAVE_GEMM_INT8_VNNI 1
-/* With so little arithmetic per byte the loads alone set the pace: prefetching 8 KiB ahead into L2 (more
- * misses in flight than L1's fill buffers allow) streamed 16 -> 21-24 GB/s at one row, measured. */
-#define VNNI_PF 8192
 
 /* rows of x rounded to int8 at input_scale, stored + 128 as bytes, each row padded with zeros to kpad */
 static void quantize_rows_u8(const void *x, int64_t M, int K, int kpad, int kind, float input_scale, uint8_t *out) {
@@ -1008,7 +1017,7 @@ INLINE void vnni_block(const uint8_t *xq, const int rows, int K, int kpad, const
     for (int k = 0; k < K; k += 64) {
         /* past K the weights load as zeros (the padded activations may be anything times zero) */
         const __mmask64 live = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
-        _mm_prefetch((const char *)(wrow + k) + VNNI_PF, _MM_HINT_T1);
+        _mm_prefetch((const char *)(wrow + k) + STREAM_PREFETCH, _MM_HINT_T1);
         __m512i wv = _mm512_maskz_loadu_epi8(live, (const void *)(wrow + k));
         for (int m = 0; m < rows; m++)
             acc[m] = _mm512_dpbusd_epi32(acc[m], _mm512_loadu_si512((const void *)(xq + m * kpad + k)), wv);
