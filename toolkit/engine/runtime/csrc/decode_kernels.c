@@ -158,7 +158,8 @@ void rope(void *x, int64_t row_stride, const int64_t *positions, const void *cos
 }
 
 /* ---- paged decode attention ----------------------------------------------------------------------
- * One query token per sequence. A work item is one sequence and one kv head together with the `group`
+ * One query token per row, over its own context (a decode step's sequences, or each row of a prefill chunk over
+ * the prefix up to it). A work item is one row and one kv head together with the `group`
  * query heads that read it (HF's repeat_kv): each K and V row is read from the cache (and widened to
  * fp32) once for the whole group, where a work item per query head re-read and re-widened it `group`
  * times. */
@@ -488,7 +489,9 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
     init_fp8();
     int group = heads / kv_heads;
     float softmax_scale = 1.0f / sqrtf((float)head_dim);
-    #pragma omp parallel for collapse(2) schedule(static)
+    /* round robin: a prefill chunk's rows (model_runner's _native_attention_plan) have contexts growing by one
+     * token each, so halves in order would give one thread three times the other's work */
+    #pragma omp parallel for collapse(2) schedule(static, 1)
     for (int b = 0; b < batch; b++) {
         for (int kvh = 0; kvh < kv_heads; kvh++) {
             int64_t ctx = context_lens[b], padded = (ctx + 15) & ~(int64_t)15;
@@ -961,20 +964,35 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
 /* The weights prefill computes with: the same values as gemm_fp8's (subnormals dropped) times the row
  * scale, rounded once to bf16 [N, K] in natural order (w in pack_fp8's layout). */
 void widen_fp8(const uint8_t *w, const float *scale, int N, int K, uint16_t *out) {
-    init_fp8();
+#if defined(__AVX512BF16__)
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float row[K];
         const uint8_t *wrow = w + (int64_t)n * K;
-        for (int k0 = 0; k0 < K; k0 += 64)
+        const __m512 s = _mm512_set1_ps(scale[n]);
+        for (int k0 = 0; k0 < K; k0 += 64) {
+            /* the same unpack as gemm_fp8 (natural order, each byte in a word's high byte), then per 16 words
+             * the fp32 of the fp8: sign, exponent e + 120, mantissa; zero where e = 0 (zeros and subnormals) */
+            __m512i bytes = _mm512_loadu_si512((const void *)(wrow + k0));
+            __m512i halves[2] = {_mm512_unpacklo_epi8(_mm512_setzero_si512(), bytes),
+                                 _mm512_unpackhi_epi8(_mm512_setzero_si512(), bytes)};
             for (int h = 0; h < 2; h++)
-                for (int L = 0; L < 4; L++)
-                    for (int i = 0; i < 8; i++) {
-                        uint8_t b = wrow[k0 + 16 * L + 8 * h + i];
-                        row[k0 + 32 * h + 8 * L + i] = (b & 0x78) == 0 ? 0.0f : fp8_table[b] * scale[n];
-                    }
+                for (int q = 0; q < 2; q++) {
+                    __m512i x = _mm512_cvtepu16_epi32(q ? _mm512_extracti64x4_epi64(halves[h], 1)
+                                                        : _mm512_castsi512_si256(halves[h]));
+                    __m512i mag = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7F00)), 12),
+                                                   _mm512_set1_epi32(120 << 23));
+                    __mmask16 normal = _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x7800));
+                    __m512i bits = _mm512_maskz_or_epi32(normal, mag,
+                                                         _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x8000)), 16));
+                    _mm512_storeu_ps(row + k0 + 32 * h + 16 * q, _mm512_mul_ps(_mm512_castsi512_ps(bits), s));
+                }
+        }
         store_row(out, (int64_t)n * K, row, K, BF16);
     }
+#else
+    (void)w; (void)scale; (void)N; (void)K; (void)out;
+#endif
 }
 
 /* ---- int8 x int8 (SmoothQuant) with VNNI ------------------------------------------------------------
