@@ -2,13 +2,14 @@
 each kernel the CPU engine runs, measured, cached with date and spread (`toolkit plan --reprobe`).
 
 - Bandwidth: a batch-1 GEMV streaming a weight matrix far larger than the caches, in each kernel the
-  CPU engine runs (fp32, bf16, int8 weight-only, int4 group-128: its own Linear classes), and a sum
+  CPU engine runs (fp32, bf16, INT8-SQ, fp8, int4 group-128: its own Linear classes), and a sum
   over the same bytes; the fastest read is the machine's memory roof as a decode step can read it,
   and each kernel's own read rate is what the roofline charges that format's weights. Neither alone is safe: elsewhere a sum
   understated the roof (llama.cpp read faster), here torch's stock GEMVs stop at ~60 % of a sum.
 - Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
-  best of two batches is that kernel's roof (prefill). Decode's: the streaming matrix at 8 and 16
-  rows, the rate the few-row kernels keep while they also stream the weights.
+  best of two batches is that kernel's roof (prefill). Decode's: as many weights at 2, 4, 8 and 16 rows,
+  streamed in matrices of a few MB one call after another as a decode step calls them: the rate the
+  few-row kernels keep while they also stream the weights.
 - Attention: the engine's fused decode-attention kernel, query heads x context tokens per second.
 - Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
   (max − min) / max is recorded beside it. Everything on the torch thread count in use.
@@ -28,13 +29,14 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 12  # bump when the probe measures differently: older caches are measured again
+VERSION = 13  # bump when the probe measures differently: older caches are measured again
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
 _WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5}
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
 DECODE_IN_FEATURES = 1024
+DECODE_MATRIX_ROWS = 2048
 INT4_GROUP = 128
 # The CPU engine's cost per decode step beyond its GEMMs and attention (the step's Python: batch plan,
 # embedding, lm_head's input; in C: norms, RoPE, KV writes), measured by perf/engine_bench.py with GEMMs and
@@ -105,18 +107,23 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         x = torch.randn(1, 4096, dtype=dtype)
         figures[f"gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
         del fn
-    # A decode step's batch: the same stream at DECODE_ROWS rows, where the engine's few-row kernels turn
-    # compute-bound (their rate in cache is higher, and not what a decode step gets), on rows of
+    # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
+    # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
+    # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
+    # 0.3-6 MB; one call streaming the whole 128 MiB ran 15-25 % more FLOP/s at 8 rows, 2026-11-24), on rows of
     # DECODE_IN_FEATURES: each output costs a reduction beside its dot product, so shorter rows run slower
     # (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small preset's 768, 2026-11-23).
     for name in KERNELS:
-        out_features = int(stream_mib * 2**20 / (DECODE_IN_FEATURES * _WEIGHT_BYTES[name])) // 128 * 128
-        _, dtype, fn = _kernel(name, out_features, DECODE_IN_FEATURES)
+        matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
+        count = max(1, int(stream_mib * 2**20 // matrix_bytes))
+        linears = [_kernel(name, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES) for _ in range(count)]
+        dtype = linears[0][1]
         for rows in DECODE_ROWS:
             x = torch.randn(rows, DECODE_IN_FEATURES, dtype=dtype)
-            seconds = _best_seconds(lambda: fn(x), repeats)
-            figures[f"decode_flops_{name}_{rows}"] = 2 * rows * out_features * DECODE_IN_FEATURES / seconds
-        del fn
+            seconds = _best_seconds(lambda: [fn(x) for _, _, fn in linears], repeats)
+            flops = 2 * rows * DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * len(linears)
+            figures[f"decode_flops_{name}_{rows}"] = flops / seconds
+        del linears
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
     stream = torch.rand(2**18).repeat(max(1, int(stream_mib * 2**20 // 4) // 2**18))
