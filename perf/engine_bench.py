@@ -11,17 +11,19 @@ configs/cpu-small.yaml --qformat Q` for Q in none fp8 int8_sq int4_awq w4a8_awq)
 What is timed (the runner alone: no scheduler, no server, no sampling):
 - TTFT: one prefill step of ISL tokens (best of 3).
 - ITL at batch B: B sequences prefilled with ISL tokens, then OSL decode steps; the median step,
-  best of --repeats runs (this VM's speed drifts between runs). tok/s = B / that step. llama.cpp the same
+  best of --repeats runs, the batches in turn within each (this VM's speed drifts between minutes).
+  tok/s = B / that step. llama.cpp the same
   at batch 1 (llama-cpp-python); at B > 1 its own llama-batched-bench (B sequences decoding in one batch,
   as llama-server's parallel slots), where `bash perf/setup_peers.sh` built it.
 - floor: (weight bytes + KV bytes read) / bandwidth, the bandwidth probed in this run as a decode
   step reads memory (toolkit.plan.cpu_probe: the fastest batch-1 GEMV streaming 128 MiB).
 - step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
-  stubbed out (dispatch, norms, RoPE, activation rounding, KV writes): the step's fixed cost.
+  stubbed out (dispatch, norms, RoPE, activation rounding, KV writes): the step's fixed cost; the same at
+  the largest batch gives a cost per sequence.
 - roofline: the planner's `cpu_decode_step_seconds` on the same probe (each format's weights at its
   kernel's probed read rate, few-row GEMMs at their probed rate, attention at the attention kernel's
-  probed rate), plus that measured fixed cost; "planner" is the same with the planner's
-  own default step cost (toolkit plan without this benchmark), its error against the measured ITL.
+  probed rate), plus those measured costs; "planner" is the same with the planner's own default
+  costs (toolkit plan without this benchmark), its error against the measured ITL at each batch.
 - TTFT's planner figure: the prefill floor (compute at the faster of the format's and bf16's rate).
 """
 
@@ -90,10 +92,12 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
         runner.forward(prefill(0))
         ttft.append(time.perf_counter() - t)
     result["ttft_ms"] = min(ttft) * 1e3
-    for batch in batches:
-        prefill, decode, _ = _steps(batch, isl)
-        medians = []
-        for _ in range(repeats):  # this VM's speed drifts between runs by up to 1.5x: best of `repeats`
+    # This VM's speed drifts by up to 1.5x over minutes: best of `repeats`, the batches taken in turn within
+    # each repeat so that every batch samples the whole run (not batch 1 in a fast minute, 16 in a slow one).
+    medians: dict[int, list[float]] = {batch: [] for batch in batches}
+    for _ in range(repeats):
+        for batch in batches:
+            prefill, decode, _ = _steps(batch, isl)
             for s in range(batch):
                 runner.forward(prefill(s))
             times = []
@@ -102,9 +106,14 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
                 logits = runner.forward(decode(pos))
                 times.append(time.perf_counter() - t)
             assert torch.isfinite(logits).all()
-            medians.append(statistics.median(times[2:]))
-        result["itl_ms"][batch] = min(medians) * 1e3
-    result["step_cost_ms"] = _step_cost_without_gemms(runner, isl, osl, repeats) * 1e3
+            medians[batch].append(statistics.median(times[2:]))
+    result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
+    # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
+    # sequence (norms, RoPE, SwiGLU, KV writes grow with the batch).
+    costs = _step_cost_without_gemms(runner, isl, osl, repeats, sorted({1, max(batches)}))
+    result["step_cost_ms"] = costs[1] * 1e3
+    result["sequence_cost_ms"] = (max(0.0, (costs[max(batches)] - costs[1]) / (max(batches) - 1)) * 1e3
+                                  if max(batches) > 1 else 0.0)
     del runner
     return result
 
@@ -119,10 +128,10 @@ class _NoGemm:
         return x.new_zeros(*x.shape[:-1], self.out_features)
 
 
-def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int) -> float:
-    """The batch-1 decode step of this very model and format with every GEMM and the decode attention
-    stubbed out: its dispatch, norms, RoPE, activation rounding, KV writes, i.e. what the roofline adds
-    to the GEMMs' and attention's own times as its fixed per-step cost."""
+def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: list[int]) -> dict[int, float]:
+    """The decode step at each of `batches` of this very model and format with every GEMM and the decode
+    attention stubbed out: its dispatch, norms, RoPE, activation rounding, KV writes, i.e. what the roofline
+    adds to the GEMMs' and attention's own times as its per-step cost."""
     def out_features(linear) -> int:
         inner = getattr(linear, "linear", linear)
         return getattr(inner, "out_features", None) or inner.weight.shape[0]
@@ -137,17 +146,21 @@ def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int) -> float:
         runner.native.decode_attention = lambda q, *args: q.new_zeros(q.shape)
     if runner.decoder is not None:  # the one-call C decode step: its own switch, the same stubs
         runner.decoder.desc.stub_gemms = 1
-    prefill, decode, _ = _steps(1, isl)
-    medians = []
-    for _ in range(repeats):
-        runner.forward(prefill(0))
-        times = []
-        for pos in range(isl, isl + osl):
-            t = time.perf_counter()
-            runner.forward(decode(pos))
-            times.append(time.perf_counter() - t)
-        medians.append(statistics.median(times[2:]))
-    return min(medians)
+    costs = {}
+    for batch in batches:
+        prefill, decode, _ = _steps(batch, isl)
+        medians = []
+        for _ in range(repeats):
+            for s in range(batch):
+                runner.forward(prefill(s))
+            times = []
+            for pos in range(isl, isl + osl):
+                t = time.perf_counter()
+                runner.forward(decode(pos))
+                times.append(time.perf_counter() - t)
+            medians.append(statistics.median(times[2:]))
+        costs[batch] = min(medians)
+    return costs
 
 
 # --- peers ----------------------------------------------------------------------------------------
@@ -255,7 +268,7 @@ def main() -> None:
                         help="norms, RoPE and attention as torch ops (the fallback without a C compiler) instead of the fused C kernels")
     parser.add_argument("--repeats", type=int, default=3, help="decode runs per batch size; the best median counts")
     parser.add_argument("--threads", type=int, help="torch threads (default: the engine's default_threads())")
-    parser.add_argument("--step-cost-ms", type=float, help="the fixed per-step cost, instead of measuring it")
+    parser.add_argument("--step-cost-ms", type=float, help="the per-step cost beyond GEMMs and attention, instead of measuring it (then none per sequence)")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -289,10 +302,12 @@ def main() -> None:
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats)
         context = args.isl + args.osl / 2
         r["floor_ms"] = (r["weight_bytes"] + context * r["kv_bytes_per_token"]) / bandwidth * 1e3
-        # The planner's prediction with this format's step cost beyond the GEMMs as measured here.
-        step_cost = r["step_cost_ms"] / 1e3 if given_step_cost is None else given_step_cost
-        r["roofline_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe,
-                                                        step_overhead_s=step_cost) * 1e3 for b in batches}
+        # The planner's prediction with this format's step costs beyond the GEMMs as measured here: at batch B
+        # the batch-1 cost plus (B - 1) times the cost per sequence.
+        per_sequence = r["sequence_cost_ms"] / 1e3 if given_step_cost is None else 0.0
+        step_cost = r["step_cost_ms"] / 1e3 - per_sequence if given_step_cost is None else given_step_cost
+        r["roofline_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe, step_overhead_s=step_cost,
+                                                        sequence_overhead_s=per_sequence) * 1e3 for b in batches}
         # ... and with its default (per-layer) step cost, as `toolkit plan` predicts without this benchmark
         r["planner_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe) * 1e3 for b in batches}
         r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=0) * 1e3
@@ -303,7 +318,8 @@ def main() -> None:
               + "  ".join(f"B{b} {itl[b]:.2f}ms/{b / itl[b] * 1e3:.0f}tok/s (roof x{itl[b] / r['roofline_ms'][b]:.2f})"
                           for b in batches)
               + f"  floor {r['floor_ms']:.2f} ms: x{itl[batches[0]] / r['floor_ms']:.2f}"
-              + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms", flush=True)
+              + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence",
+              flush=True)
     peers = {}
     if not args.no_peers and (PEERS / "venv/bin/python").is_file():
         for kind in ("f16", "bf16", "q8_0", "q4_0"):
@@ -329,11 +345,12 @@ def markdown_table(rows: dict, peers: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 / floor | "
             + " | ".join(f"B={b} / roofline" for b in batches)
-            + " | planner B=1 ms (error) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs) |")
+            + " | planner B=1 ms (error at each B) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for q, r in rows.items():
         itl, roof = r["itl_ms"], r["roofline_ms"]
         planner = r["planner_ms"][batches[0]]
+        errors = " / ".join(f"{(r['planner_ms'][b] / itl[b] - 1) * 100:+.0f}" for b in batches)
         peer = [f"{k} {peers[k]['itl_ms']:.2f} (x{itl[batches[0]] / peers[k]['itl_ms']:.2f})"
                 for k in PEER_FOR[q] if k in peers]
         batched = [f"{k} " + ", ".join(f"B={b} {v['tok_s']:.0f} (x{b / itl[b] * 1e3 / v['tok_s']:.2f})"
@@ -341,10 +358,10 @@ def markdown_table(rows: dict, peers: dict, batches: list[int]) -> str:
                    for k in PEER_FOR[q] if k in peers and peers[k].get("batched")]
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
                      + " | ".join(f"{itl[b]:.2f}" for b in batches)
-                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f}"
+                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq"
                      + f" | {itl[batches[0]] / r['floor_ms']:.2f} | "
                      + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
-                     + f" | {planner:.2f} ({(planner / itl[batches[0]] - 1) * 100:+.0f} %) | {'; '.join(peer) or '-'}"
+                     + f" | {planner:.2f} ({errors} %) | {'; '.join(peer) or '-'}"
                      + f" | {'; '.join(batched) or '-'} |")
     return "\n".join(lines)
 

@@ -311,15 +311,16 @@ def test_cpu_decode_step_per_format_by_hand():
     assert SMALL.total_params == 106_980_096 and SMALL.linear_params == 100_663_296
     # int4_awq: 100,663,296 × 0.515625 + 6,316,800 × 2 = 64,538,112 B; KV bf16 2·16·4·64·2 = 16,384 B per token.
     # Batch 1, context 160: memory (64,538,112 + 160 · 16,384) / 30e9 = 2.2387 ms, compute
-    # 2 · 106,980,096 / 100e9 = 2.1396 ms → memory-bound; + 0.5 ms fixed.
-    step = cpu_decode_step(SMALL, "int4_awq", 1, 160, PROBE, step_overhead_s=0.5e-3)
+    # 2 · 106,980,096 / 100e9 = 2.1396 ms → memory-bound; + 0.5 ms fixed + 0.1 ms for the one sequence.
+    step = cpu_decode_step(SMALL, "int4_awq", 1, 160, PROBE, step_overhead_s=0.5e-3, sequence_overhead_s=0.1e-3)
     assert step.bound == "memory" and step.memory_s == pytest.approx(67_159_552 / 30e9)
-    assert step.seconds == pytest.approx(67_159_552 / 30e9 + 0.5e-3)
-    # Batch 8: compute 8 × 2.1396 = 17.117 ms over memory (64,538,112 + 8 · 2,621,440) / 30e9 = 2.850 ms.
-    assert cpu_decode_step_seconds(SMALL, "int4_awq", 8, 160, PROBE, step_overhead_s=0.5e-3) == \
-        pytest.approx(8 * 2 * 106_980_096 / 100e9 + 0.5e-3)
+    assert step.seconds == pytest.approx(67_159_552 / 30e9 + 0.6e-3) and step.overhead_s == pytest.approx(0.6e-3)
+    # Batch 8: compute 8 × 2.1396 = 17.117 ms over memory (64,538,112 + 8 · 2,621,440) / 30e9 = 2.850 ms;
+    # the per-sequence cost 8 times.
+    assert cpu_decode_step_seconds(SMALL, "int4_awq", 8, 160, PROBE, step_overhead_s=0.5e-3,
+                                   sequence_overhead_s=0.1e-3) == pytest.approx(8 * 2 * 106_980_096 / 100e9 + 1.3e-3)
     # Unquantized runs bf16: (213,960,192 + 2,621,440) / 30e9 = 7.219 ms at batch 1.
-    assert cpu_decode_step_seconds(SMALL, "none", 1, 160, PROBE, step_overhead_s=0) == \
+    assert cpu_decode_step_seconds(SMALL, "none", 1, 160, PROBE, step_overhead_s=0, sequence_overhead_s=0) == \
         pytest.approx(216_581_632 / 30e9)
 
 

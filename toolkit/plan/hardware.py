@@ -25,6 +25,8 @@ class HardwareSpec:
     # Fixed cost of one decode step beyond its memory and compute time (kernel dispatch, sampling,
     # scheduling). GPU floors leave it out (0); the CPU engine's is a measured or stated constant.
     step_overhead_s: float = 0.0
+    # The CPU engine's per sequence in a decode step on top (norms, RoPE, SwiGLU, KV writes scale with it).
+    sequence_overhead_s: float = 0.0
     probe: dict = field(default_factory=dict)  # CPU: the probe's raw figures (date, spread, ...)
 
     @property

@@ -81,16 +81,17 @@ def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, co
     link = hw.interconnect_gbs * 1e9 if hw.interconnect_gbs else hw.bandwidth_bytes
     per_layer = 2 * allreduce_seconds(message, d.tp, link, d.allreduce_latency_us * 1e-6)  # attention + MLP
     allreduce_s = per_layer * spec.num_layers / d.pp
+    overhead_s = hw.step_overhead_s + batch * hw.sequence_overhead_s
     attention_rate = hw.probe.get("attention_head_tokens_s") if hw.kind == "cpu" else None
     if attention_rate:
         # The CPU engine runs attention as its own kernel after the GEMMs, bound by its arithmetic (probed
         # rate) or by reading the KV, whichever is slower; it does not overlap the weights' stream.
         attention_s = batch * context_tokens * spec.num_heads * spec.num_layers / stages / attention_rate * d.pp
-        seconds = max(weights_s, compute_s) + max(kv_s, attention_s) + allreduce_s + hw.step_overhead_s
+        seconds = max(weights_s, compute_s) + max(kv_s, attention_s) + allreduce_s + overhead_s
     else:
         attention_s = 0.0
-        seconds = max(memory_s, compute_s) + allreduce_s + hw.step_overhead_s
-    return DecodeStep(batch, memory_s, compute_s, allreduce_s, hw.step_overhead_s, seconds,
+        seconds = max(memory_s, compute_s) + allreduce_s + overhead_s
+    return DecodeStep(batch, memory_s, compute_s, allreduce_s, overhead_s, seconds,
                       "compute" if compute_s > memory_s else "memory", attention_s)
 
 
@@ -209,14 +210,19 @@ def format_comparison(spec: ModelSpec, hw: HardwareSpec, d: Deployment) -> list[
 # --- the CPU engine's roofline, for the engine benchmark -------------------------------------------
 
 def _cpu_hardware(probe: HardwareSpec | dict | None, step_overhead_s: float | None,
-                  spec: ModelSpec | None = None) -> HardwareSpec:
-    """The probed CPU with a step cost: the one given, else the engine's per-layer default for `spec`."""
-    from toolkit.plan.cpu_probe import cpu_spec, default_step_overhead_s, spec_from_probe
+                  spec: ModelSpec | None = None, sequence_overhead_s: float | None = None) -> HardwareSpec:
+    """The probed CPU with a step cost and a cost per sequence: the ones given, else the engine's per-layer
+    defaults for `spec`."""
+    from toolkit.plan.cpu_probe import cpu_spec, default_sequence_overhead_s, default_step_overhead_s, spec_from_probe
 
     hw = probe if isinstance(probe, HardwareSpec) else spec_from_probe(probe) if probe else cpu_spec()
-    if step_overhead_s is None and spec is not None:
-        step_overhead_s = default_step_overhead_s(spec.num_layers)
-    return hw if step_overhead_s is None else replace(hw, step_overhead_s=step_overhead_s)
+    if spec is not None:
+        step_overhead_s = default_step_overhead_s(spec.num_layers) if step_overhead_s is None else step_overhead_s
+        if sequence_overhead_s is None:
+            sequence_overhead_s = default_sequence_overhead_s(spec.num_layers)
+    if step_overhead_s is not None:
+        hw = replace(hw, step_overhead_s=step_overhead_s)
+    return hw if sequence_overhead_s is None else replace(hw, sequence_overhead_s=sequence_overhead_s)
 
 
 def _cpu_weights(qformat: str) -> str:
@@ -225,15 +231,16 @@ def _cpu_weights(qformat: str) -> str:
 
 def cpu_decode_step(spec: ModelSpec, qformat: str, batch: int, context_len: float,
                     probe: HardwareSpec | dict | None = None, kv_dtype: str = "bf16",
-                    step_overhead_s: float | None = None) -> DecodeStep:
-    hw = _cpu_hardware(probe, step_overhead_s, spec)
+                    step_overhead_s: float | None = None, sequence_overhead_s: float | None = None) -> DecodeStep:
+    hw = _cpu_hardware(probe, step_overhead_s, spec, sequence_overhead_s)
     return decode_step(spec, hw, Deployment(weights=_cpu_weights(qformat), kv_dtype=kv_dtype), batch, context_len)
 
 
 def cpu_decode_step_seconds(spec: ModelSpec, qformat: str, batch: int, context_len: float,
                             probe: HardwareSpec | dict | None = None, kv_dtype: str = "bf16",
-                            step_overhead_s: float | None = None) -> float:
-    return cpu_decode_step(spec, qformat, batch, context_len, probe, kv_dtype, step_overhead_s).seconds
+                            step_overhead_s: float | None = None, sequence_overhead_s: float | None = None) -> float:
+    return cpu_decode_step(spec, qformat, batch, context_len, probe, kv_dtype, step_overhead_s,
+                           sequence_overhead_s).seconds
 
 
 def cpu_crossover_batch(spec: ModelSpec, qformat: str, context_len: float, probe: HardwareSpec | dict | None = None,

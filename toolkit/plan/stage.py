@@ -93,11 +93,11 @@ def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | Non
             flags["kv_dtype"] = flags.get("kv_dtype") or kv
     hw = hardware_spec(device, reprobe=reprobe)
     if hw.kind == "cpu":
-        from toolkit.plan.cpu_probe import default_step_overhead_s
+        from toolkit.plan.cpu_probe import default_sequence_overhead_s, default_step_overhead_s
 
         overhead = config.plan.cpu_step_overhead_ms if step_overhead_ms is None else step_overhead_ms
         hw = replace(hw, step_overhead_s=default_step_overhead_s(spec.num_layers) if overhead is None
-                     else overhead / 1e3)
+                     else overhead / 1e3, sequence_overhead_s=default_sequence_overhead_s(spec.num_layers))
     return make_plan(spec, hw, deployment_for_config(config, spec, device, **flags))
 
 
@@ -124,7 +124,8 @@ def _device_row(g: dict, d: dict) -> str:
     if g.get("kind") == "cpu":
         peaks = ", ".join(f"{k} {v * 1e3:,.0f}" for k, v in g["peak_tflops"].items())
         return (f"this CPU: {g['memory_gb']:,.0f} GB, {g['bandwidth_tbs'] * 1e3:,.1f} GB/s ({g['probe'].get('bandwidth_kernel', 'read')} read), "
-                f"kernels {peaks} GFLOP/s, fixed {g['step_overhead_s'] * 1e3:.2f} ms per step; {g['source']}")
+                f"kernels {peaks} GFLOP/s, fixed {g['step_overhead_s'] * 1e3:.2f} ms per step and "
+                f"{g.get('sequence_overhead_s', 0) * 1e3:.3f} ms per sequence; {g['source']}")
     return (f"{g['name']} × {d['tp'] * d['pp']} (TP {d['tp']}, PP {d['pp']}); {g['memory_gb']:,.0f} GB, "
             f"{g['bandwidth_tbs'] * 1e3:,.0f} GB/s")
 
