@@ -338,6 +338,10 @@ def test_cpu_crossover_batch_comes_earlier_for_int4():
     fast_int4 = {**PROBE, "flops": {**PROBE["flops"], "int4": 300e9}}
     assert cpu_prefill_seconds(SMALL, "int4_awq", 128, fast_int4, step_overhead_s=1e-3) == \
         pytest.approx(2 * 106_980_096 * 128 / 300e9 + 1e-3)
+    # A probe that measured each kernel as prefill calls it: that rate, whatever the in-cache peaks say.
+    as_called = {**PROBE, "prefill_flops": {"bf16": 150e9, "int8a8": 120e9}}
+    assert cpu_prefill_seconds(SMALL, "int8_sq", 128, as_called, step_overhead_s=0) == \
+        pytest.approx(2 * 106_980_096 * 128 / 120e9)
 
 
 def test_cpu_decode_rate_follows_the_probed_batches():
@@ -377,6 +381,7 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     kernels = {"fp32", "bf16", "int8a8", "fp8", "int4"}
     assert set(first["flops"]) == kernels and all(v > 0 for v in first["flops"].values())
     assert set(first["decode_flops"]) == kernels
+    assert set(first["prefill_flops"]) == kernels and all(v > 0 for v in first["prefill_flops"].values())
     assert all(set(rates) == {str(rows) for rows in cpu_probe.DECODE_ROWS} and min(rates.values()) > 0
                for rates in first["decode_flops"].values())
     assert first["bandwidth_bytes_s"] == max(*first["gemv_bytes_s"].values(), first["read_bytes_s_sum"])

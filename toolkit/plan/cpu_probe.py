@@ -7,7 +7,9 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   and each kernel's own read rate is what the roofline charges that format's weights. Neither alone is safe: elsewhere a sum
   understated the roof (llama.cpp read faster), here torch's stock GEMVs stop at ~60 % of a sum.
 - Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
-  best of two batches is that kernel's roof (prefill). Decode's: as many weights at 2, 4, 8 and 16 rows,
+  best of two batches is that kernel's roof. Prefill's: the kernel on 128 rows of matrices streamed from
+  memory as a prefill step calls them (quantized formats widening their weights per call), which sets
+  the planner's prefill floor. Decode's: as many weights at 2, 4, 8 and 16 rows,
   streamed in matrices of a few MB one call after another as a decode step calls them: the rate the
   few-row kernels keep while they also stream the weights.
 - Attention: the engine's fused decode-attention kernel, query heads x context tokens per second.
@@ -29,7 +31,7 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 13  # bump when the probe measures differently: older caches are measured again
+VERSION = 14  # bump when the probe measures differently: older caches are measured again
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
@@ -37,6 +39,7 @@ _WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5}
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
 DECODE_IN_FEATURES = 1024
 DECODE_MATRIX_ROWS = 2048
+PREFILL_ROWS = 128  # a prompt chunk (ISL 128, the benchmarks' default)
 INT4_GROUP = 128
 # The CPU engine's cost per decode step beyond its GEMMs and attention (the step's Python: batch plan,
 # embedding, lm_head's input; in C: norms, RoPE, KV writes), measured by perf/engine_bench.py with GEMMs and
@@ -159,6 +162,17 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
             x = torch.randn(rows, 2048, dtype=dtype)
             rates.append(2 * rows * 2048 * 2048 / _best_seconds(lambda: fn(x), repeats))
         figures[f"flops_{name}"] = max(rates)
+    # Prefill as the engine runs it: each kernel's Linear (quantized formats widen to bf16 per call) on
+    # PREFILL_ROWS rows, over matrices of 2048 x 2048 streamed from memory one call after another (half the
+    # decode stream: enough to leave the caches). Its rate sets the planner's prefill floor; the in-cache
+    # figure above ran 20-30 % faster than the model's prefill GEMMs (bf16 ~440 vs ~330 GFLOP/s, 2026-11-24).
+    for name in KERNELS:
+        count = max(1, int(stream_mib * 2**20 // 2 // (2048 * 2048 * _WEIGHT_BYTES[name])))
+        linears = [_kernel(name, 2048, 2048) for _ in range(count)]
+        x = torch.randn(PREFILL_ROWS, 2048, dtype=linears[0][1])
+        seconds = _best_seconds(lambda: [fn(x) for _, _, fn in linears], repeats)
+        figures[f"prefill_flops_{name}"] = 2 * PREFILL_ROWS * 2048 * 2048 * count / seconds
+        del linears
     return figures
 
 
@@ -175,6 +189,7 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.split("_bytes_s_")[1],
         "read_bytes_s_sum": best["read_bytes_s_sum"],
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
+        "prefill_flops": {name: best[f"prefill_flops_{name}"] for name in KERNELS},
         "decode_flops": {name: {str(rows): best[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys
                          for name in KERNELS},
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),

@@ -115,11 +115,15 @@ def crossover_batch(spec: ModelSpec, hw: HardwareSpec, d: Deployment, context_to
 
 
 def prefill_flops_rate(hw: HardwareSpec, weights: str) -> float:
-    """The rate prefill's matmuls can reach. On the CPU a weight-only kernel is built for small
-    batches: at prompt length an engine can widen a layer's weights to bf16 and use the bf16 GEMM
-    (the widening is one pass over the weights), so the faster of the two is the floor."""
-    rate = hw.peak_flops(weights)
-    return max(rate, hw.peak_flops("bf16")) if hw.kind == "cpu" else rate
+    """The rate prefill's matmuls can reach. On the CPU the probed rate of the format's kernel as prefill
+    calls it (weights streamed from memory, a prompt chunk of rows, the quantized formats widening theirs
+    to bf16 per call). Without that figure (older probes, hand-made specs): a weight-only kernel is built
+    for small batches, and at prompt length an engine can widen a layer's weights to bf16 and use the
+    bf16 GEMM, so the faster of the two peaks."""
+    if hw.kind != "cpu":
+        return hw.peak_flops(weights)
+    measured = (hw.probe.get("prefill_flops") or {}).get(hw.compute_type(weights))
+    return measured or max(hw.peak_flops(weights), hw.peak_flops("bf16"))
 
 
 def prefill_seconds(spec: ModelSpec, hw: HardwareSpec, d: Deployment, tokens: int) -> float:

@@ -914,6 +914,19 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
         uint16_t *orow = out + (int64_t)n * K;
         for (int k0 = 0; k0 < K; k0 += 64) {
             float s = scales[(int64_t)n * groups + k0 / group];
+#if defined(__AVX512BF16__)
+            /* 16 bytes at a time: their low nibbles are weights k0 + i, their high ones k0 + 32 + i */
+            for (int i0 = 0; i0 < 32; i0 += 16) {
+                __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wrow + k0 / 2 + i0)));
+                __m512i eight = _mm512_set1_epi32(8);
+                __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(b, _mm512_set1_epi32(15)), eight));
+                __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight));
+                _mm256_storeu_si256((__m256i *)(orow + k0 + i0), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(lo, _mm512_set1_ps(s))));
+                _mm256_storeu_si256((__m256i *)(orow + k0 + 32 + i0),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(hi, _mm512_set1_ps(s))));
+            }
+            continue;
+#endif
             for (int i = 0; i < 32; i++) {
                 uint8_t b = wrow[k0 / 2 + i];
                 orow[k0 + i] = f32_to_bf16((float)((b & 15) - 8) * s);
