@@ -160,7 +160,7 @@ class ModelRunner:
         """What runs between the GEMMs: the fused C kernels, or torch ops where those could not be built."""
         if self.native is None:
             return "torch ops"
-        return ("fused C (norms, RoPE, SwiGLU, paged decode attention, few-row GEMMs)"
+        return ("fused C (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)"
                 + (f"; decode steps of up to {self.decoder.max_rows} sequences in one C call" if self.decoder else ""))
 
     def _native_decoder(self):
