@@ -115,23 +115,16 @@ static inline __m512 round_to16(__m512 v, int kind) {
 #endif
 
 /* The per-token elementwise loops run 16 at a time where they can (a scalar bf16 rounding per element cost
- * ~1 ms of a 16-sequence decode step of `small`): row[i] = round(a[i] * b[i]) and round(a[i] + b[i]). */
-static inline void mul_rounded(float *row, const float *a, const float *b, int n, int kind) {
+ * ~1 ms of a 16-sequence decode step of `small`): row[i] = round(a[i] + b[i]) if add, else round(a[i] * b[i]). */
+static inline void combine_rounded(float *row, const float *a, const float *b, int n, int kind, int add) {
     int i = 0;
 #ifdef __AVX512F__
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(row + i, round_to16(_mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)), kind));
+    for (; i + 16 <= n; i += 16) {
+        __m512 va = _mm512_loadu_ps(a + i), vb = _mm512_loadu_ps(b + i);
+        _mm512_storeu_ps(row + i, round_to16(add ? _mm512_add_ps(va, vb) : _mm512_mul_ps(va, vb), kind));
+    }
 #endif
-    for (; i < n; i++) row[i] = round_to(a[i] * b[i], kind);
-}
-
-static inline void add_rounded(float *row, const float *a, const float *b, int n, int kind) {
-    int i = 0;
-#ifdef __AVX512F__
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(row + i, round_to16(_mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)), kind));
-#endif
-    for (; i < n; i++) row[i] = round_to(a[i] + b[i], kind);
+    for (; i < n; i++) row[i] = round_to(add ? a[i] + b[i] : a[i] * b[i], kind);
 }
 
 /* out[t] = w * to_dtype(x[t] * rsqrt(mean(x[t]^2) + eps)), as HF Llama's RMSNorm rounds. */
@@ -166,7 +159,7 @@ void add_rms_norm(void *h, const void *delta, const void *w, void *out, int64_t 
         float row[hidden], d[hidden];
         load_row(row, h, t * hidden, hidden, kind, 1.0f);
         load_row(d, delta, t * hidden, hidden, kind, 1.0f);
-        add_rounded(row, row, d, hidden, kind);
+        combine_rounded(row, row, d, hidden, kind, 1);
         store_row(h, t * hidden, row, hidden, kind);
     }
     rms_norm(h, w, out, tokens, hidden, eps, kind);

@@ -55,7 +55,7 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         load_row(s, l->smooth, 0, l->k, act, 1.0f);
         for (int64_t m = 0; m < M; m++) {
             load_row(row, x, m * l->k, l->k, act, 1.0f);
-            mul_rounded(row, row, s, l->k, act);
+            combine_rounded(row, row, s, l->k, act, 0);
             store_row(x, m * l->k, row, l->k, act);
         }
     }
