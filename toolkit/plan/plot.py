@@ -20,10 +20,11 @@ def plot_roofline(plan: dict, path: Path, measured: list[dict] | None = None) ->
     x = np.logspace(-1, 4, 200)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.loglog(x, np.minimum(x * bandwidth, peak) / scale, color="black", label=f"{gpu['name']} roofline ({d['weights']})")
-    if prefill_peak > peak:  # CPU: prefill can widen quantized weights to the faster bf16 GEMM
+    if prefill_peak > peak:  # CPU: prefill runs at prompt-length rows on a faster GEMM than decode's few rows
         ax.loglog(x, np.minimum(x * bandwidth, prefill_peak) / scale, color="gray", linestyle="--",
-                  label="prefill roof (bf16 GEMM)")
-    ax.axvline(r["crossover"], color="gray", linestyle=":", label=f"crossover {r['crossover']:.0f} FLOP/B")
+                  label="prefill roof (its GEMM at prompt length)")
+    ridge = peak / bandwidth  # where the drawn decode roof bends (CPU: its few-row rate at the planned batch)
+    ax.axvline(ridge, color="gray", linestyle=":", label=f"decode ridge {ridge:.0f} FLOP/B")
     for label, ai, roof, color in ((f"prefill (ISL {d['isl']})", r["prefill_intensity"], prefill_peak, "tab:red"),
                                    (f"decode (batch {d['batch']})", r["decode_intensity"], peak, "tab:blue")):
         ax.plot([ai], [min(ai * bandwidth, roof) / scale], "o", color=color, label=label)

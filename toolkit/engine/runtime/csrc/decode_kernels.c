@@ -615,9 +615,9 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
 /* Where one or two activation rows leave the streaming GEMMs memory-bound: prefetch into L2, once per cache
  * line, 8 KiB ahead (more misses in flight than L1's fill buffers allow). The int4 kernel's arithmetic per
  * byte is high enough that loads and unpacking ran one after the other without it (17-19 GB/s streaming where
- * a plain sum read 25-30, the same kernel in cache 38): a step's int4 GEMMs at one row 20 % faster, fp8's 15 %,
- * bf16's 3-5 %, INT8-SQ's 16 -> 21-24 GB/s (measured 2026-11-24 and -23). From 4 rows up (compute-bound, each
- * weight reused from L1) it made int4 7-38 % slower: there WEIGHT_PREFETCH. */
+ * a plain sum read 25-30, the same kernel in cache 38): a step's int4 GEMMs at one row 18-20 % faster, fp8's
+ * 8-15 %, bf16's within noise, INT8-SQ's 16 -> 21-24 GB/s (measured 2026-11-24 and -23, perf/ab_kernels.py).
+ * From 4 rows up (compute-bound, each weight reused from L1) it made int4 7-38 % slower: there WEIGHT_PREFETCH. */
 #define STREAM_PREFETCH 8192
 /* Tile loops run over `rows` accumulators, `rows` made a constant by FOR_1_TO_8. */
 
