@@ -24,7 +24,8 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   kernel's probed read rate, few-row GEMMs at their probed rate, attention at the attention kernel's
   probed rate), plus those measured costs; "planner" is the same with the planner's own default
   costs (toolkit plan without this benchmark), its error against the measured ITL at each batch.
-- TTFT's planner figure: the prefill floor (compute at the faster of the format's and bf16's rate).
+- TTFT's planner figure: the prefill floor (compute at the rate the probe measured for the format's
+  kernel as prefill calls it: 128 rows, weights streamed, quantized formats widening per call).
 """
 
 from __future__ import annotations
@@ -72,10 +73,25 @@ def _steps(batch: int, isl: int, start_token: int = 5):
     return prefill, decode, per_seq * batch
 
 
-def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
-                 threads: int | None = None, repeats: int = 1) -> dict:
+def _median_step(runner, batch: int, isl: int, osl: int) -> float:
+    """`batch` sequences prefilled with `isl` tokens, then `osl` decode steps: the median step (the first two
+    left out), in seconds."""
     import torch
 
+    prefill, decode, _ = _steps(batch, isl)
+    for s in range(batch):
+        runner.forward(prefill(s))
+    times = []
+    for pos in range(isl, isl + osl):
+        t = time.perf_counter()
+        logits = runner.forward(decode(pos))
+        times.append(time.perf_counter() - t)
+    assert torch.isfinite(logits).all()
+    return statistics.median(times[2:])
+
+
+def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
+                 threads: int | None = None, repeats: int = 1) -> dict:
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
@@ -97,16 +113,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     medians: dict[int, list[float]] = {batch: [] for batch in batches}
     for _ in range(repeats):
         for batch in batches:
-            prefill, decode, _ = _steps(batch, isl)
-            for s in range(batch):
-                runner.forward(prefill(s))
-            times = []
-            for pos in range(isl, isl + osl):
-                t = time.perf_counter()
-                logits = runner.forward(decode(pos))
-                times.append(time.perf_counter() - t)
-            assert torch.isfinite(logits).all()
-            medians[batch].append(statistics.median(times[2:]))
+            medians[batch].append(_median_step(runner, batch, isl, osl))
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
     # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
     # sequence (norms, RoPE, SwiGLU, KV writes grow with the batch).
@@ -146,21 +153,7 @@ def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: 
         runner.native.decode_attention = lambda q, *args: q.new_zeros(q.shape)
     if runner.decoder is not None:  # the one-call C decode step: its own switch, the same stubs
         runner.decoder.desc.stub_gemms = 1
-    costs = {}
-    for batch in batches:
-        prefill, decode, _ = _steps(batch, isl)
-        medians = []
-        for _ in range(repeats):
-            for s in range(batch):
-                runner.forward(prefill(s))
-            times = []
-            for pos in range(isl, isl + osl):
-                t = time.perf_counter()
-                runner.forward(decode(pos))
-                times.append(time.perf_counter() - t)
-            medians.append(statistics.median(times[2:]))
-        costs[batch] = min(medians)
-    return costs
+    return {batch: min(_median_step(runner, batch, isl, osl) for _ in range(repeats)) for batch in batches}
 
 
 # --- peers ----------------------------------------------------------------------------------------
