@@ -107,6 +107,22 @@ def _kernel(name: str, out_features: int, in_features: int):
     raise ValueError(name)
 
 
+def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, stream_bytes: float,
+                    repeats: int) -> dict[int, float]:
+    """FLOP/s of kernel `name` at each of `rows_list` rows, over [out_features, in_features] matrices of about
+    `stream_bytes` in all, called one after another as a step calls its GEMMs (so they come from memory)."""
+    import torch
+
+    count = max(1, int(stream_bytes // (out_features * in_features * _WEIGHT_BYTES[name])))
+    linears = [_kernel(name, out_features, in_features) for _ in range(count)]
+    rates = {}
+    for rows in rows_list:
+        x = torch.randn(rows, in_features, dtype=linears[0][1])
+        seconds = _best_seconds(lambda: [fn(x) for _, _, fn in linears], repeats)
+        rates[rows] = 2 * rows * out_features * in_features * count / seconds
+    return rates
+
+
 def _probe_round(stream_mib: int, repeats: int) -> dict:
     import torch
 
@@ -125,16 +141,8 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # DECODE_IN_FEATURES: each output costs a reduction beside its dot product, so shorter rows run slower
     # (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small preset's 768, 2026-11-23).
     for name in KERNELS:
-        matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
-        count = max(1, int(stream_mib * 2**20 // matrix_bytes))
-        linears = [_kernel(name, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES) for _ in range(count)]
-        dtype = linears[0][1]
-        for rows in DECODE_ROWS:
-            x = torch.randn(rows, DECODE_IN_FEATURES, dtype=dtype)
-            seconds = _best_seconds(lambda: [fn(x) for _, _, fn in linears], repeats)
-            flops = 2 * rows * DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * len(linears)
-            figures[f"decode_flops_{name}_{rows}"] = flops / seconds
-        del linears
+        rates = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20, repeats)
+        figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
     stream = torch.rand(2**18).repeat(max(1, int(stream_mib * 2**20 // 4) // 2**18))
@@ -174,12 +182,8 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # decode stream: enough to leave the caches). Its rate sets the planner's prefill floor; the in-cache
     # figure above ran 20-30 % faster than the model's prefill GEMMs (bf16 ~440 vs ~330 GFLOP/s, 2026-11-24).
     for name in KERNELS:
-        count = max(1, int(stream_mib * 2**20 // 2 // (2048 * 2048 * _WEIGHT_BYTES[name])))
-        linears = [_kernel(name, 2048, 2048) for _ in range(count)]
-        x = torch.randn(PREFILL_ROWS, 2048, dtype=linears[0][1])
-        seconds = _best_seconds(lambda: [fn(x) for _, _, fn in linears], repeats)
-        figures[f"prefill_flops_{name}"] = 2 * PREFILL_ROWS * 2048 * 2048 * count / seconds
-        del linears
+        rates = _streamed_rates(name, (PREFILL_ROWS,), 2048, 2048, stream_mib * 2**20 // 2, repeats)
+        figures[f"prefill_flops_{name}"] = rates[PREFILL_ROWS]
     return figures
 
 
