@@ -211,9 +211,9 @@ def format_comparison(spec: ModelSpec, hw: HardwareSpec, d: Deployment) -> list[
     return rows
 
 
-# --- the CPU engine's roofline, for the engine benchmark -------------------------------------------
+# --- the CPU engine's roofline (toolkit plan's CPU costs, the engine benchmark) --------------------
 
-def _cpu_hardware(probe: HardwareSpec | dict | None, step_overhead_s: float | None,
+def cpu_hardware(probe: HardwareSpec | dict | None, step_overhead_s: float | None,
                   spec: ModelSpec | None = None, sequence_overhead_s: float | None = None) -> HardwareSpec:
     """The probed CPU with a step cost and a cost per sequence: the ones given, else the engine's per-layer
     defaults for `spec`."""
@@ -236,7 +236,7 @@ def _cpu_weights(qformat: str) -> str:
 def cpu_decode_step(spec: ModelSpec, qformat: str, batch: int, context_len: float,
                     probe: HardwareSpec | dict | None = None, kv_dtype: str = "bf16",
                     step_overhead_s: float | None = None, sequence_overhead_s: float | None = None) -> DecodeStep:
-    hw = _cpu_hardware(probe, step_overhead_s, spec, sequence_overhead_s)
+    hw = cpu_hardware(probe, step_overhead_s, spec, sequence_overhead_s)
     return decode_step(spec, hw, Deployment(weights=_cpu_weights(qformat), kv_dtype=kv_dtype), batch, context_len)
 
 
@@ -249,13 +249,13 @@ def cpu_decode_step_seconds(spec: ModelSpec, qformat: str, batch: int, context_l
 
 def cpu_crossover_batch(spec: ModelSpec, qformat: str, context_len: float, probe: HardwareSpec | dict | None = None,
                         kv_dtype: str = "bf16") -> float | None:
-    hw = _cpu_hardware(probe, None)
+    hw = cpu_hardware(probe, None)
     return crossover_batch(spec, hw, Deployment(weights=_cpu_weights(qformat), kv_dtype=kv_dtype), context_len)
 
 
 def cpu_prefill_seconds(spec: ModelSpec, qformat: str, tokens: int, probe: HardwareSpec | dict | None = None,
                         step_overhead_s: float | None = None) -> float:
-    hw = _cpu_hardware(probe, step_overhead_s, spec)
+    hw = cpu_hardware(probe, step_overhead_s, spec)
     return prefill_seconds(spec, hw, Deployment(weights=_cpu_weights(qformat)), tokens)
 
 

@@ -9,7 +9,6 @@ fits), and a config written for a GPU deployment gives its own values to a GPU p
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from toolkit.config import DeploymentConfig
@@ -18,7 +17,7 @@ from toolkit.model.spec import ModelSpec
 from toolkit.plan.gpus import catalog_gpu, hardware_spec, is_cpu
 from toolkit.plan.hardware import HardwareSpec
 from toolkit.plan.memory import Deployment, plan_memory, smallest_tp_that_fits
-from toolkit.plan.roofline import ceil_batch, format_comparison, plan_roofline
+from toolkit.plan.roofline import ceil_batch, cpu_hardware, format_comparison, plan_roofline
 from toolkit.quantize.formats import formats_of_checkpoint
 from toolkit.targets import target_of
 
@@ -93,11 +92,8 @@ def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | Non
             flags["kv_dtype"] = flags.get("kv_dtype") or kv
     hw = hardware_spec(device, reprobe=reprobe)
     if hw.kind == "cpu":
-        from toolkit.plan.cpu_probe import default_sequence_overhead_s, default_step_overhead_s
-
         overhead = config.plan.cpu_step_overhead_ms if step_overhead_ms is None else step_overhead_ms
-        hw = replace(hw, step_overhead_s=default_step_overhead_s(spec.num_layers) if overhead is None
-                     else overhead / 1e3, sequence_overhead_s=default_sequence_overhead_s(spec.num_layers))
+        hw = cpu_hardware(hw, None if overhead is None else overhead / 1e3, spec)
     return make_plan(spec, hw, deployment_for_config(config, spec, device, **flags))
 
 
