@@ -217,14 +217,13 @@ class ModelRunner:
         return x * cos + rotated * sin
 
     def _attention_plan(self, step: StepInput):
-        """Per prefill sequence: its query rows and the cache slots of its whole context. For the
-        single-token (decode) sequences, one batched call: with the fused kernel their block tables
-        (it walks them itself), else one padded gather of their slots and a mask. With the fused kernel
-        prefill rows join that call too (`_native_attention_plan`)."""
+        """With the fused kernel, `_native_attention_plan`. Else, for the torch ops: per prefill sequence its
+        query rows and the cache slots of its whole context; for the single-token (decode) sequences, one
+        batched call over a padded gather of their slots and a mask."""
         import torch
 
         if self.native is not None:
-            return self._native_attention_plan(step), []
+            return self._native_attention_plan(step)
         bs = self.block_size
         decode_rows, decode_tables, decode_lens, prefill = [], [], [], []
         row = 0
@@ -239,10 +238,6 @@ class ModelRunner:
             row += q_len
         if not decode_rows:
             return None, prefill
-        if self.native is not None:
-            width = max(len(t) for t in decode_tables)
-            return (torch.tensor(decode_rows), torch.tensor([t + [0] * (width - len(t)) for t in decode_tables]),
-                    torch.tensor(decode_lens, dtype=torch.int64)), prefill
         longest = max(decode_lens)
         slots = torch.stack([torch.nn.functional.pad(self._slots(t, n), (0, longest - n))
                              for t, n in zip(decode_tables, decode_lens)])
@@ -250,10 +245,11 @@ class ModelRunner:
         return (torch.tensor(decode_rows, device=self.device), slots.to(self.device), mask.to(self.device)), prefill
 
     def _native_attention_plan(self, step: StepInput):
-        """Every query row of the step for the fused paged-attention kernel: a prefill chunk's query i sits at
-        position ctx - q_len + i and sees the context up to it (causal), so it is a decode-style query over
-        that prefix of its sequence's blocks. One call for the whole step: torch's CPU flash attention took
-        10.5 ms of a 128-token prefill of `small` (16 layers), this 3.4 ms."""
+        """(block tables, context lengths) of every query row of the step, for the fused paged-attention kernel
+        (it walks the tables itself). A prefill chunk's query i sits at position ctx - q_len + i and sees the
+        context up to it (causal), so it is a decode-style query over that prefix of its sequence's blocks. One
+        call for the whole step: torch's CPU flash attention took 10.5 ms of a 128-token prefill of `small`
+        (16 layers), this 3.4 ms."""
         import torch
 
         bs = self.block_size
@@ -263,7 +259,7 @@ class ModelRunner:
             used = -(-ctx // bs)
             tables.extend([list(table[:used]) + [0] * (width - used)] * q_len)
             lens.extend(range(ctx - q_len + 1, ctx + 1))
-        return torch.arange(len(lens)), torch.tensor(tables, dtype=torch.int64), torch.tensor(lens, dtype=torch.int64)
+        return torch.tensor(tables, dtype=torch.int64), torch.tensor(lens, dtype=torch.int64)
 
     def _slots(self, blocks: list[int], ctx: int):
         """The cache rows of a context of `ctx` tokens laid over `blocks`."""
@@ -289,15 +285,14 @@ class ModelRunner:
         import torch
         import torch.nn.functional as F
 
+        if self.native is not None:
+            tables, lens = plan
+            out = self.native.decode_attention(q, self.cache.k[layer_idx], self.cache.v[layer_idx], tables, lens,
+                                               self.block_size, self.cache.k_scale[layer_idx], self.cache.v_scale[layer_idx])
+            return out.reshape(q.shape[0], -1)
         decode, prefill = plan
         out = torch.empty_like(q)
-        if decode is not None and self.native is not None:
-            rows, tables, lens = decode
-            q_rows = q if len(rows) == q.shape[0] else q[rows]
-            out[rows] = self.native.decode_attention(q_rows, self.cache.k[layer_idx], self.cache.v[layer_idx], tables,
-                                                     lens, self.block_size, self.cache.k_scale[layer_idx],
-                                                     self.cache.v_scale[layer_idx])
-        elif decode is not None:
+        if decode is not None:
             rows, slots, mask = decode
             k, v = self.cache.read(layer_idx, slots)  # [S, ctx, kv_heads, hd]
             out[rows] = self._decode_attention(q[rows], k, v, mask)
@@ -330,7 +325,7 @@ class ModelRunner:
         logits_indices = step.logits_indices.to(self.device)
         if (self.decoder is not None and step.num_tokens == step.num_sequences
                 and step.num_tokens <= self.decoder.max_rows):  # decode only, where the C GEMMs beat torch's
-            _, tables, lens = plan[0]
+            tables, lens = plan
             h = self.embed[token_ids].contiguous()
             x = torch.empty_like(h)
             if not self.native.decode_layers(self.decoder, h, x, positions.to(torch.int64).contiguous(),
