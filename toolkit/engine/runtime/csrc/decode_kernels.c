@@ -619,6 +619,14 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
  * 8-15 %, bf16's within noise, INT8-SQ's 16 -> 21-24 GB/s (measured 2026-11-24 and -23, perf/ab_kernels.py).
  * From 4 rows up (compute-bound, each weight reused from L1) it made int4 7-38 % slower: there WEIGHT_PREFETCH. */
 #define STREAM_PREFETCH 8192
+#ifdef __AVX512F__
+/* The one prefetch policy of the streaming GEMMs: the weights at `at` fetched STREAM_PREFETCH ahead into L2
+ * where few rows leave the kernel memory-bound, WEIGHT_PREFETCH ahead into L1 where it is compute-bound. */
+INLINE void prefetch_weights(const void *at, const int memory_bound) {
+    if (memory_bound) _mm_prefetch((const char *)at + STREAM_PREFETCH, _MM_HINT_T1);
+    else _mm_prefetch((const char *)at + WEIGHT_PREFETCH, _MM_HINT_T0);
+}
+#endif
 /* Tile loops run over `rows` accumulators, `rows` made a constant by FOR_1_TO_8. */
 
 /* x rounded to float8_e4m3fn (round to nearest even, as torch's cast; |x| already <= 448). */
@@ -785,9 +793,7 @@ INLINE void bf16_tile(const uint16_t *x, const int rows, int K, const uint16_t *
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     int k = 0;
     for (; k + 32 <= K; k += 32) {
-        if (rows >= 4) /* where the arithmetic is long enough to hide the loads behind (fewer rows: slower) */
-            _mm_prefetch((const char *)(wrow + k) + WEIGHT_PREFETCH, _MM_HINT_T0);
-        else _mm_prefetch((const char *)(wrow + k) + STREAM_PREFETCH, _MM_HINT_T1);
+        prefetch_weights(wrow + k, rows < 4);
         __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wrow + k));
         for (int m = 0; m < rows; m++)
             acc[m] = _mm512_dpbf16_ps(acc[m], wv, (__m512bh)_mm512_loadu_si512((const void *)(x + m * K + k)));
@@ -846,10 +852,8 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
         for (int i = 0; i < rows * nb; i++) part[i] = _mm512_setzero_ps();
         for (int k = g0; k < g0 + group; k += 64) {
             for (int j = 0; j < nb; j++) {
-                if (nb == 1) /* several activation rows: compute-bound, the weights wanted in L1 */
-                    _mm_prefetch((const char *)(w + k / 2 + WEIGHT_PREFETCH), _MM_HINT_T0);
-                else if ((k & 127) == 0) /* one or two: once per cache line of each weight row, into L2 */
-                    _mm_prefetch((const char *)(w + j * wstride + k / 2 + STREAM_PREFETCH), _MM_HINT_T1);
+                /* several activation rows (nb 1): every 32 bytes into L1; one or two: once per cache line */
+                if (nb == 1 || (k & 127) == 0) prefetch_weights(w + j * wstride + k / 2, nb > 1);
                 __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + j * wstride + k / 2)));
                 __m512bh w0 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(bytes, low), table);
                 __m512bh w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
@@ -958,8 +962,7 @@ INLINE void fp8_tile(const uint16_t *x, const int rows, int K, const uint8_t *wr
     __m512 lo[TILE_M], hi[TILE_M];
     for (int m = 0; m < rows; m++) lo[m] = hi[m] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 64) {
-        if (rows <= 2) _mm_prefetch((const char *)(wrow + k) + STREAM_PREFETCH, _MM_HINT_T1);
-        else _mm_prefetch((const char *)(wrow + k) + WEIGHT_PREFETCH, _MM_HINT_T0);
+        prefetch_weights(wrow + k, rows <= 2);
         __m512i bytes = _mm512_loadu_si512((const void *)(wrow + k));
         __m512bh w0 = fp8_as_bf16(_mm512_unpacklo_epi8(zero, bytes)), w1 = fp8_as_bf16(_mm512_unpackhi_epi8(zero, bytes));
         for (int m = 0; m < rows; m++) {
@@ -1072,7 +1075,7 @@ INLINE void vnni_block(const uint8_t *xq, const int rows, int K, int kpad, const
     for (int k = 0; k < K; k += 64) {
         /* past K the weights load as zeros (the padded activations may be anything times zero) */
         const __mmask64 live = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
-        _mm_prefetch((const char *)(wrow + k) + STREAM_PREFETCH, _MM_HINT_T1);
+        prefetch_weights(wrow + k, 1);
         __m512i wv = _mm512_maskz_loadu_epi8(live, (const void *)(wrow + k));
         for (int m = 0; m < rows; m++)
             acc[m] = _mm512_dpbusd_epi32(acc[m], _mm512_loadu_si512((const void *)(xq + m * kpad + k)), wv);
