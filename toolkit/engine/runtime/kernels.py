@@ -77,6 +77,16 @@ def fp8_scaled_mm_available(device: str) -> bool:
         return False
 
 
+def _prefill_gemm(native, x, widened, act_quant, input_scale: float):
+    """A prompt chunk's rows on an 8-bit format's weights widened to bf16: x rounded as calibrated (in C), then
+    the dense GEMM, which at prompt length is ~2x the few-row kernels."""
+    import torch.nn.functional as F
+
+    if act_quant is not None:
+        x = native.round_activations(x, act_quant, input_scale)
+    return F.linear(x, widened)
+
+
 class Linear:
     """y = x @ W.T on stored weights; `weight_format` names what the kernel really runs."""
 
@@ -207,9 +217,8 @@ class Int8Linear(Linear):
         if self.native is not None and x2.shape[0] >= WIDEN_ROWS and x2.dtype == torch.bfloat16:
             # Prefill: the few-row kernels are built for decode; the layer's weights widened to bf16 (one pass,
             # scale folded in) on the dense GEMM are ~2x faster at prompt length, the rounding done in C too.
-            if self.act_quant is not None:
-                x2 = self.native.round_activations(x2, self.act_quant, self.input_scale_value)
-            return F.linear(x2, self.native.widen_int8(self.weight, self.scales_fp32)).reshape(*shape[:-1], -1)
+            widened = self.native.widen_int8(self.weight, self.scales_fp32)
+            return _prefill_gemm(self.native, x2, widened, self.act_quant, self.input_scale_value).reshape(*shape[:-1], -1)
         x2 = fake_quant_activation(x2, self.act_quant, self.input_scale)
         if x2.shape[0] >= WIDEN_ROWS and x2.dtype != torch.float32:
             # Prefill without the C kernels: the weights widened to the activation dtype for the dense GEMM.
@@ -273,9 +282,8 @@ class Fp8Linear(Linear):
             if x2.shape[0] <= NATIVE_FP8_ROWS:
                 y = self.native.gemm_fp8(x2, self.weight, self.row_scales, self.act_quant, self.input_scale_value)
             else:
-                if self.act_quant is not None:
-                    x2 = self.native.round_activations(x2, self.act_quant, self.input_scale_value)
-                y = F.linear(x2, self.native.widen_fp8(self.weight, self.row_scales))
+                widened = self.native.widen_fp8(self.weight, self.row_scales)
+                y = _prefill_gemm(self.native, x2, widened, self.act_quant, self.input_scale_value)
             return y.reshape(*shape[:-1], self.out_features)
         if self.use_scaled_mm:
             xq = (x2.float() / self.input_scale).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
