@@ -1,12 +1,13 @@
 """The embedded CPU engine's ModelRunner, per weight format, against this machine's floors, the
-planner's roofline and llama.cpp — every figure measured in this one run.
+planner's roofline, llama.cpp and OpenVINO GenAI — every figure measured in this one run.
 
     .venv/bin/python perf/engine_bench.py                 # small preset, all formats, peers if set up
     .venv/bin/python perf/engine_bench.py --formats none,int4_awq --batches 1,8 --no-peers
 
 Needs the checkpoints (`toolkit init-model -c configs/cpu-small.yaml`, then `toolkit quantize -c
 configs/cpu-small.yaml --qformat Q` for Q in none fp8 int8_sq int4_awq w4a8_awq) and, for the peers,
-`bash perf/setup_peers.sh` (llama.cpp through llama-cpp-python, compiled once, ~9 min on 2 cores).
+`bash perf/setup_peers.sh` (llama.cpp through llama-cpp-python, compiled once, ~15 min on 2 cores with its
+batched benchmark; OpenVINO GenAI with optimum-intel, whose export of each format is cached).
 
 What is timed (the runner alone: no scheduler, no server, no sampling):
 - TTFT: one prefill step of ISL tokens (best of 3).
@@ -14,7 +15,9 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   best of --repeats runs, the batches in turn within each (this VM's speed drifts between minutes).
   tok/s = B / that step. llama.cpp the same
   at batch 1 (llama-cpp-python); at B > 1 its own llama-batched-bench (B sequences decoding in one batch,
-  as llama-server's parallel slots), where `bash perf/setup_peers.sh` built it.
+  as llama-server's parallel slots), where `bash perf/setup_peers.sh` built it. OpenVINO GenAI's
+  LLMPipeline at bf16 / int8 / int4 weights: TTFT and the median step at batch 1, and at B > 1 B prompts
+  in one call (its continuous batching), the decode phase's mean step.
 - floor: (weight bytes + KV bytes read) / bandwidth, the bandwidth probed in this run as a decode
   step reads memory (toolkit.plan.cpu_probe: the fastest batch-1 GEMV streaming 128 MiB).
 - step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
@@ -248,6 +251,77 @@ def bench_llamacpp_batched(model_dir: Path, kind: str, isl: int, osl: int, threa
     return best
 
 
+OPENVINO = PEERS / "openvino"
+# OpenVINO GenAI at the same bits, the checkpoint exported by optimum-intel (weights compressed by NNCF,
+# symmetric; int4 in groups of 128 on every linear, as our INT4-AWQ). "bf16": fp16 weights in the IR, run in
+# bf16 (INFERENCE_PRECISION_HINT; OpenVINO's default on a CPU with AVX512-BF16 anyway).
+OV_FOR = {"none": "bf16", "fp8": "int8", "int8_sq": "int8", "int4_awq": "int4", "w4a8_awq": "int4"}
+_OV_EXPORT = {"bf16": ["--weight-format", "fp16"], "int8": ["--weight-format", "int8", "--sym"],
+              "int4": ["--weight-format", "int4", "--sym", "--group-size", "128", "--ratio", "1.0"]}
+
+
+def _openvino_ir(model_dir: Path, kind: str) -> Path:
+    out = PEERS / "openvino-ir" / f"{model_dir.name}-{kind}"
+    if not (out / "openvino_model.xml").is_file():
+        subprocess.run([str(OPENVINO / "bin/optimum-cli"), "export", "openvino", "--model", str(model_dir),
+                        "--task", "text-generation-with-past", *_OV_EXPORT[kind], str(out)],
+                       check=True, capture_output=True, text=True)
+    return out
+
+
+# Each run's prompts differ (LLMPipeline caches prefixes: a repeated prompt's TTFT would be a cache hit).
+_OV_SCRIPT = r"""
+import json, sys, statistics
+import numpy as np, openvino as ov, openvino_genai as og
+path, isl, osl, threads, repeats, hint = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
+batches = [int(b) for b in sys.argv[7].split(",")]
+pipe = og.LLMPipeline(path, "CPU", INFERENCE_NUM_THREADS=threads, INFERENCE_PRECISION_HINT=hint)
+cfg = og.GenerationConfig(max_new_tokens=osl, min_new_tokens=osl, ignore_eos=True, do_sample=False)
+run = 0
+def generate(batch):
+    global run
+    run += 1
+    ids = np.array([[(5 + run * 31 + b * 13 + i * 7) % 1000 + 4 for i in range(isl)] for b in range(batch)],
+                   dtype=np.int64)
+    return pipe.generate(og.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), cfg).perf_metrics
+generate(1)  # compile, first-touch
+best = {}
+for _ in range(repeats):
+    for batch in batches:
+        m = generate(batch)
+        ttft = m.get_ttft().mean
+        if batch == 1:  # the median decode step, as the other rows
+            step = statistics.median(d / 1e3 for d in list(m.raw_metrics.m_durations)[2:])
+        else:  # the decode phase's mean step: B tokens each
+            step = (m.get_generate_duration().mean - ttft) / (osl - 1)
+        prev = best.get(batch)
+        best[batch] = {"ttft_ms": min(ttft, prev["ttft_ms"]) if prev else ttft,
+                       "itl_ms": min(step, prev["itl_ms"]) if prev else step}
+print(json.dumps({"ttft_ms": best[1]["ttft_ms"], "itl_ms": best[1]["itl_ms"],
+                  "batched": {b: {"itl_ms": v["itl_ms"], "tok_s": b / v["itl_ms"] * 1e3}
+                              for b, v in best.items() if b > 1}}))
+"""
+
+
+def bench_openvino(model_dir: Path, kind: str, isl: int, osl: int, threads: int, batches: list[int],
+                   repeats: int) -> dict | None:
+    """OpenVINO GenAI's LLMPipeline on the same checkpoint: TTFT and batch-1 ITL (median step, best of
+    `repeats`), and at each B > 1 B prompts in one generate call (its continuous batching), decode steps of
+    all B together."""
+    try:
+        ir = _openvino_ir(model_dir, kind)
+        hint = "bf16"  # activations in bf16 at every weight format, as ours (compressed weights widen to it)
+        out = subprocess.run([str(OPENVINO / "bin/python"), "-c", _OV_SCRIPT, str(ir), str(isl), str(osl),
+                              str(threads), str(repeats), hint, ",".join(map(str, sorted({1, *batches})))],
+                             check=True, capture_output=True, text=True)
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result["batched"] = {int(b): v for b, v in result["batched"].items()}
+        return result
+    except (subprocess.CalledProcessError, OSError, json.JSONDecodeError) as e:
+        print(f"OpenVINO GenAI {kind}: not measured ({getattr(e, 'stderr', '') or e})"[-300:], file=sys.stderr)
+        return None
+
+
 # --- the table -------------------------------------------------------------------------------------
 
 def main() -> None:
@@ -327,18 +401,28 @@ def main() -> None:
                       f"{batched or 'not measured (bash perf/setup_peers.sh builds llama-batched-bench)'}", flush=True)
     elif not args.no_peers:
         print("peers: not set up (bash perf/setup_peers.sh)")
+    openvino = {}
+    if not args.no_peers and (OPENVINO / "bin/python").is_file():
+        for kind in sorted({OV_FOR[q] for q in rows}):
+            p = bench_openvino(build / "models" / args.model, kind, args.isl, args.osl, threads, batches, args.repeats)
+            if p:
+                openvino[kind] = p
+                print(f"OpenVINO GenAI {kind:4s} TTFT {p['ttft_ms']:.1f} ms  ITL {p['itl_ms']:.2f} ms  batched: "
+                      + "  ".join(f"B{b} {v['itl_ms']:.2f}ms/{v['tok_s']:.0f}tok/s" for b, v in sorted(p["batched"].items())),
+                      flush=True)
     print()
-    print(markdown_table(rows, peers, batches))
+    print(markdown_table(rows, peers, openvino, batches))
     if args.json:
-        args.json.write_text(json.dumps({"probe": probe, "rows": rows, "peers": peers},
+        args.json.write_text(json.dumps({"probe": probe, "rows": rows, "peers": peers, "openvino": openvino},
                                         indent=2, default=str))
 
 
-def markdown_table(rows: dict, peers: dict, batches: list[int]) -> str:
+def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 / floor | "
             + " | ".join(f"B={b} / roofline" for b in batches)
-            + " | planner B=1 ms (error at each B) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs) |")
+            + " | planner B=1 ms (error at each B) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
+            + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for q, r in rows.items():
         itl, roof = r["itl_ms"], r["roofline_ms"]
@@ -355,8 +439,17 @@ def markdown_table(rows: dict, peers: dict, batches: list[int]) -> str:
                      + f" | {itl[batches[0]] / r['floor_ms']:.2f} | "
                      + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
                      + f" | {planner:.2f} ({errors} %) | {'; '.join(peer) or '-'}"
-                     + f" | {'; '.join(batched) or '-'} |")
+                     + f" | {'; '.join(batched) or '-'} | {_openvino_cell(openvino.get(OV_FOR[q]), OV_FOR[q], itl, batches)} |")
     return "\n".join(lines)
+
+
+def _openvino_cell(ov: dict | None, kind: str, itl: dict, batches: list[int]) -> str:
+    if not ov:
+        return "-"
+    batched = ", ".join(f"B={b} {v['tok_s']:.0f} (x{b / itl[b] * 1e3 / v['tok_s']:.2f})"
+                        for b, v in sorted(ov["batched"].items()) if b in itl)
+    return (f"{kind}: {ov['ttft_ms']:.1f}, {ov['itl_ms']:.2f} (x{itl[batches[0]] / ov['itl_ms']:.2f})"
+            + (f", {batched}" if batched else ""))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peers for perf/engine_bench.py, kept out of the project's own environment: llama.cpp (through
-# llama-cpp-python, which compiles it from its sdist: ~9 min on 2 cores) and OpenVINO GenAI.
+# llama-cpp-python, which compiles it from its sdist: ~9 min on 2 cores) and OpenVINO GenAI (~1 min).
 # Usage: bash perf/setup_peers.sh   (idempotent; everything lands under perf/.peers/, git-ignored)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -35,6 +35,18 @@ fi
 # The converter's own needs (CPU torch from its own index would download ~200 MB more: reuse numpy-only path).
 "$py" -m pip install -q "gguf==0.19.0" "numpy<2" sentencepiece safetensors "transformers>=4.45" \
   || echo "converter dependencies did not install: GGUF conversion will be skipped"
-"$py" -m pip install -q "openvino-genai==2026.4.1.0" "openvino-tokenizers==2026.4.1.0" "openvino==2026.4.1" \
-  || echo "OpenVINO GenAI did not install: it is left out of the peer table"
+# OpenVINO GenAI in its own venv: optimum-intel exports the checkpoint to OpenVINO IR (NNCF compresses the
+# weights), which needs torch: pinned to the CPU build, or the resolver pulls a CUDA torch (~6 GB).
+ov="$peers/openvino"
+if [ ! -x "$ov/bin/python" ] || ! "$ov/bin/python" -c "import openvino_genai, optimum.intel" 2>/dev/null; then
+  python3 -m venv "$ov"
+  echo "torch==2.13.0" > "$ov/constraints.txt"
+  "$ov/bin/pip" install -q --disable-pip-version-check -c "$ov/constraints.txt" torch==2.13.0 \
+      "optimum-intel[openvino,nncf]==2.2.0" "openvino-genai==2026.4.1.0" "openvino-tokenizers==2026.4.1.0" \
+      "openvino==2026.4.1" \
+    || echo "OpenVINO GenAI did not install: it is left out of the peer table"
+  # optimum-intel requires torchvision, whose wheel here is not built for the CPU torch: importing it breaks the
+  # export (torchvision::nms does not exist). Text models never use it.
+  "$ov/bin/pip" uninstall -q -y torchvision || true
+fi
 echo "peers ready under $peers"
