@@ -199,7 +199,10 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     from toolkit.engine.runtime import kernels as linear_kernels
 
     calls = []
-    for name in ("gemm_bf16", "gemm_int8", "gemm_int8_vnni", "gemm_int4", "unpack_int4", "gemm_fp8", "widen_fp8"):
+    for name in ("gemm_bf16", "gemm_int8", "gemm_int8_vnni", "quantize_int8", "gemm_int4", "unpack_int4", "gemm_fp8",
+                 "widen_fp8"):
+        if not hasattr(kernels, name):
+            continue
         original = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
     dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)
@@ -211,7 +214,7 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     if kernels.has_int8_vnni:  # INT8-SQ (int8 activations) on the integer kernel
         int8_sq = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
                                             torch.bfloat16, "int8", torch.tensor(0.02), native=kernels)
-        cases.append((int8_sq, "gemm_int8_vnni", linear_kernels.NATIVE_INT8_VNNI_ROWS, []))
+        cases.append((int8_sq, "gemm_int8_vnni", linear_kernels.NATIVE_INT8_VNNI_ROWS, ["quantize_int8"]))
     if kernels.has_bf16_gemm:  # int4 in the fused layout, prefill widened to bf16 for the dense GEMM
         fp8 = linear_kernels.Fp8Linear(torch.randn(64, 768).to(torch.float8_e4m3fn), torch.rand(64), torch.bfloat16,
                                        "fp8", torch.tensor(0.01), native=kernels)
@@ -292,6 +295,27 @@ def test_int8_sq_gemm_on_vnni_is_exact_in_integers(kernels, rows, in_features):
         assert got.dtype == act
         rel = 1e-6 if act == torch.float32 else 2 ** -8
         assert ((got.double() - exact).abs() <= rel * exact.abs() + 1e-6).all()
+
+
+def test_int8_sq_prompt_rows_equal_the_decode_kernel_bit_for_bit(kernels):
+    """INT8-SQ above the decode kernel's rows (prompt chunks, mixed steps): the same int8 activations on an int8 x
+    int8 GEMM, scaled in the same order, so each row's output equals the decode kernel's for that row alone."""
+    import torch
+
+    from toolkit.engine.runtime import kernels as linear_kernels
+
+    if not kernels.has_int8_vnni:
+        pytest.skip("this CPU has no AVX512-VNNI: INT8-SQ stays on the widening kernel")
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randint(-127, 128, (96, 200), generator=gen, dtype=torch.int8)
+    linear = linear_kernels.Int8Linear(w, torch.rand(96, generator=gen) * 0.01, torch.bfloat16, "int8",
+                                       torch.tensor(0.02), native=kernels)
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows in (linear_kernels.NATIVE_INT8_VNNI_ROWS + 1, 40, 128):
+            x = (torch.randn(rows, 200, generator=gen) * 2).to(dtype)
+            x[0, :2] = torch.tensor([1e4, -1e4])  # clamped to the int8 range alike
+            one_at_a_time = torch.cat([linear(x[i:i + 1]) for i in range(rows)])
+            assert torch.equal(linear(x), one_at_a_time)
 
 
 @pytest.mark.parametrize("act_quant", ["int8", "fp8"])

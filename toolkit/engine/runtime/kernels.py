@@ -211,6 +211,13 @@ class Int8Linear(Linear):
         if self.vnni and x2.shape[0] <= NATIVE_INT8_VNNI_ROWS:
             y = self.native.gemm_int8_vnni(x2, self.weight, self.scales_fp32, self.weight_sums, self.input_scale_value)
             return y.reshape(*shape[:-1], self.weight.shape[0])
+        if self.vnni:
+            # More rows than the decode kernel takes (prompt chunks, mixed steps): the same integers on an int8 x
+            # int8 GEMM (oneDNN's, VNNI/AMX), scaled in the decode kernel's order, so a row's output does not
+            # depend on which path ran it; 5-7x the widened bf16 GEMM here (perf/README).
+            acc = torch._int_mm(self.native.quantize_int8(x2, self.input_scale_value), self.weight.t())
+            y = acc.float().mul_(self.input_scale_value).mul_(self.scales_fp32).to(x2.dtype)
+            return y.reshape(*shape[:-1], self.weight.shape[0])
         if self.native is not None and x2.shape[0] <= NATIVE_INT8_ROWS:  # activation rounding fused in
             y = self.native.gemm_int8(x2, self.weight, self.scales_fp32, self.act_quant, self.input_scale_value)
             return y.reshape(*shape[:-1], self.weight.shape[0])

@@ -163,6 +163,8 @@ class NativeKernels:
             library.gemm_int8_vnni.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int,
                                                c.c_void_p, c.c_int, c.c_float]
             library.gemm_int8_vnni.restype = None
+            library.quantize_int8.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_float, c.c_void_p]
+            library.quantize_int8.restype = None
         for fn in (library.rms_norm, library.add_rms_norm, library.silu_mul, library.rope, library.decode_attention, library.gemm_int8,
                    library.gemm_bf16, library.gemm_int4, library.unpack_int4):
             fn.restype = None
@@ -280,6 +282,17 @@ class NativeKernels:
         self._lib.gemm_int8_vnni(x.data_ptr(), x.shape[0], k, weight.data_ptr(), scale.data_ptr(), weight_sums.data_ptr(),
                                  n, y.data_ptr(), ACTIVATION_KINDS[str(x.dtype)], input_scale)
         return y
+
+    def quantize_int8(self, x, input_scale: float):
+        """x [M, K] rounded to int8 at input_scale as gemm_int8_vnni rounds it → int8 [M, K] (only where
+        has_int8_vnni)."""
+        import torch
+
+        x = x.contiguous()
+        out = torch.empty(x.shape, dtype=torch.int8)
+        self._lib.quantize_int8(x.data_ptr(), x.shape[0], x.shape[1], ACTIVATION_KINDS[str(x.dtype)], input_scale,
+                                out.data_ptr())
+        return out
 
     def gemm_bf16(self, x, weight):
         """x bf16 [M, K], weight bf16 [N, K] (only where has_bf16_gemm)."""

@@ -1045,9 +1045,12 @@ void widen_fp8(const uint8_t *w, const float *scale, int N, int K, uint16_t *out
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define HAVE_GEMM_INT8_VNNI 1
 
-/* rows of x rounded to int8 at input_scale, stored + 128 as bytes, each row padded with zeros to kpad */
-static void quantize_rows_u8(const void *x, int64_t M, int K, int kpad, int kind, float input_scale, uint8_t *out) {
+/* rows of x rounded to int8 at input_scale, stored + offset as bytes (128: unsigned for vpdpbusd; 0: the int8
+ * itself), each row padded with zeros to kpad */
+static void quantize_rows(const void *x, int64_t M, int K, int kpad, int kind, float input_scale, int offset,
+                          uint8_t *out) {
     const __m512 s = _mm512_set1_ps(input_scale), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    #pragma omp parallel for schedule(static) if (M >= 32)
     for (int64_t m = 0; m < M; m++) {
         uint8_t *row = out + m * kpad;
         int k = 0;
@@ -1055,17 +1058,23 @@ static void quantize_rows_u8(const void *x, int64_t M, int K, int kpad, int kind
             __m512 q = _mm512_roundscale_ps(_mm512_div_ps(load16(x, m * K + k, kind, 1.0f), s),
                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(q, lo), hi)),
-                                         _mm512_set1_epi32(128));
+                                         _mm512_set1_epi32(offset));
             _mm_storeu_si128((__m128i *)(row + k), _mm512_cvtepi32_epi8(u));
         }
         float tail[16];
         if (k < K) load_row(tail, x, m * K + k, K - k, kind, 1.0f);
         for (int i = 0; k + i < K; i++) {
             float q = nearbyintf(tail[i] / input_scale);
-            row[k + i] = (uint8_t)((int)(q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) + 128);
+            row[k + i] = (uint8_t)((int)(q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) + offset);
         }
         memset(row + K, 0, (size_t)(kpad - K));
     }
+}
+
+/* x [M, K] rounded to int8 at input_scale (as gemm_int8_vnni rounds it): a prompt chunk's input to an int8 x int8
+ * GEMM (torch._int_mm), exact in int32 as the decode kernel */
+void quantize_int8(const void *x, int64_t M, int K, int kind, float input_scale, int8_t *out) {
+    quantize_rows(x, M, K, K, kind, input_scale, 0, (uint8_t *)out);
 }
 
 INLINE void vnni_block(const uint8_t *xq, const int rows, int K, int kpad, const int8_t *wrow, float scale,
@@ -1091,7 +1100,7 @@ void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const floa
                     int N, void *y, int kind, float input_scale) {
     const int kpad = (K + 63) / 64 * 64;
     uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
-    quantize_rows_u8(x, M, K, kpad, kind, input_scale, xq);
+    quantize_rows(x, M, K, kpad, kind, input_scale, 128, xq);
     /* One weight row at a time, at every row count: blocks of 2-4 weight rows (as the int4 kernel uses for its
      * longer chains) read 2-4 interleaved short streams, which the hardware prefetcher follows worse than
      * one: 1-4 rows 54-57 us per 2048x768 with one, 54-71 with blocks (measured). */
