@@ -354,3 +354,31 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
         for a, b in ((one_call.cache.k[layer], python_driven.cache.k[layer]),
                      (one_call.cache.v[layer], python_driven.cache.v[layer])):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+@pytest.mark.parametrize("forced", ["bf16", "fp32"])
+def test_prompt_gemm_precision_is_chosen_per_cpu_and_computes_the_same_product(monkeypatch, forced):
+    """Prompt chunks' bf16 GEMMs run in fp32 where that is faster on this CPU (measured once per process, or set by
+    TOOLKIT_PREFILL_DTYPE): the same product either way (exact bf16 products, fp32 sums; only the order differs),
+    and decode-sized inputs are never widened."""
+    import torch
+
+    from toolkit.engine.runtime import kernels
+
+    monkeypatch.setenv("TOOLKIT_PREFILL_DTYPE", forced)
+    kernels.prefill_in_fp32.cache_clear()
+    try:
+        assert kernels.prefill_in_fp32() == (forced == "fp32")
+        gen = torch.Generator().manual_seed(3)
+        x = torch.randn(kernels.WIDEN_ROWS, 256, generator=gen).to(torch.bfloat16)
+        w = torch.randn(96, 256, generator=gen).to(torch.bfloat16)
+        exact = x.double() @ w.double().t()
+        got = kernels.dense_gemm(x, w)
+        assert got.dtype == torch.bfloat16
+        assert ((got.double() - exact).abs() <= 2**-8 * exact.abs() + 1e-3).all()
+        calls = []
+        monkeypatch.setattr(torch.Tensor, "float", lambda self: calls.append(self.shape) or self.to(torch.float32))
+        kernels.dense_gemm(x[:4], w)  # a decode-sized input: bf16 as it is
+        assert calls == []
+    finally:
+        kernels.prefill_in_fp32.cache_clear()

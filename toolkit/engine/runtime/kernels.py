@@ -1,10 +1,12 @@
 """Linear kernels on the weights as ModelOpt exported them, kept in low precision.
 
-  dense  bf16 (or fp32) weights: the C few-row GEMM (AVX512-BF16) for decode, `F.linear` above
+  dense  bf16 (or fp32) weights: the C few-row GEMM (AVX512-BF16) for decode, `F.linear` above (in fp32
+         where this CPU runs that faster: `prefill_in_fp32`)
   int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: the C GEMM up to 31 rows, prefill widened to
          bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on VNNI (exact in integers) for
-         decode; the C widening GEMM where the CPU lacks VNNI; `torch._weight_int8pack_mm` / widened above
+         decode, `torch._int_mm` on the same integers above; the C widening GEMM where the CPU lacks VNNI;
+         `torch._weight_int8pack_mm` / widened above
   fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; on the CPU (whose fp8
          GEMM is a slow reference path in torch 2.13) ModelOpt's fp8 bytes as they are, turned into bf16 by a
          shift in the C GEMM (AVX512-BF16 dot products, exact but for fp8 subnormals, which count as zero),
@@ -23,6 +25,7 @@ Linears that read the same input (q/k/v, gate/up) are fused into one GEMM when t
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from toolkit.engine.runtime.checkpoint import LinearWeights
@@ -77,14 +80,58 @@ def fp8_scaled_mm_available(device: str) -> bool:
         return False
 
 
+@functools.cache
+def prefill_in_fp32() -> bool:
+    """Whether a prompt chunk's bf16 GEMM runs faster as fp32 on this CPU (inputs widened per call), measured once
+    per process on a `small`-sized layer, best of 3 each. The same numbers either way (bf16 products are exact in
+    fp32 and oneDNN's bf16 GEMM accumulates in fp32; only the summation order differs); which is faster depends
+    on the CPU: oneDNN's bf16 GEMM ran ~400 GFLOP/s on a Zen 4 (2026-11-24 morning) and 170 on a Xeon without
+    AMX, whose fp32 GEMM ran 290 (afternoon). TOOLKIT_PREFILL_DTYPE=bf16|fp32 sets it instead."""
+    import os
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    forced = os.environ.get("TOOLKIT_PREFILL_DTYPE")
+    if forced in ("bf16", "fp32"):
+        return forced == "fp32"
+    x, w = torch.randn(128, 768, dtype=torch.bfloat16), torch.randn(2048, 768, dtype=torch.bfloat16)
+
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    bf16 = best(lambda: F.linear(x, w))
+    fp32 = best(lambda: F.linear(x.float(), w.float()).to(torch.bfloat16))
+    chosen = fp32 < 0.9 * bf16
+    log.info("prompt-chunk GEMMs in %s on this CPU (bf16 %.2f ms, fp32 with widening %.2f ms per 128x768x2048)",
+             "fp32" if chosen else "bf16", bf16 * 1e3, fp32 * 1e3)
+    return chosen
+
+
+def dense_gemm(x, weight):
+    """x @ weight.T for prompt-sized inputs: in fp32 where this CPU's bf16 GEMM is the slower (prefill_in_fp32)."""
+    import torch
+    import torch.nn.functional as F
+
+    if (x.dtype == weight.dtype == torch.bfloat16 and x.device.type == "cpu" and x.numel() >= WIDEN_ROWS * x.shape[-1]
+            and prefill_in_fp32()):
+        return F.linear(x.float(), weight.float()).to(torch.bfloat16)
+    return F.linear(x, weight)
+
+
 def _prefill_gemm(native, x, widened, act_quant, input_scale: float):
     """A prompt chunk's rows on an 8-bit format's weights widened to bf16: x rounded as calibrated (in C), then
     the dense GEMM, which at prompt length is ~2x the few-row kernels."""
-    import torch.nn.functional as F
-
     if act_quant is not None:
         x = native.round_activations(x, act_quant, input_scale)
-    return F.linear(x, widened)
+    return dense_gemm(x, widened)
 
 
 class Linear:
@@ -111,11 +158,10 @@ class DenseLinear(Linear):
 
     def __call__(self, x):
         import torch
-        import torch.nn.functional as F
 
         if self.native is not None and x.dtype == torch.bfloat16 and x.numel() <= NATIVE_BF16_ROWS * x.shape[-1]:
             return self.native.gemm_bf16(x.reshape(-1, x.shape[-1]), self.weight).reshape(*x.shape[:-1], -1)
-        return F.linear(x, self.weight)
+        return dense_gemm(x, self.weight)
 
     def native_linear(self):
         from toolkit.engine.runtime.native_kernels import LIN_BF16, NativeLinear
@@ -159,7 +205,6 @@ class Int4Linear(Linear):
 
     def __call__(self, x):
         import torch
-        import torch.nn.functional as F
 
         x = fake_quant_activation(x, self.act_quant, self.input_scale)
         shape = x.shape
@@ -167,7 +212,7 @@ class Int4Linear(Linear):
         if self.native is not None and x2.shape[0] < WIDEN_ROWS:
             y = self.native.gemm_int4(x2, self.packed, self.scales_fp32, self.group_size)
         elif self.native is not None:
-            y = F.linear(x2, self.native.unpack_int4(self.packed, self.scales_fp32, self.group_size))
+            y = dense_gemm(x2, self.native.unpack_int4(self.packed, self.scales_fp32, self.group_size))
         elif self.device.type == "cpu":
             y = torch._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_and_zeros)
         else:
