@@ -19,7 +19,9 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   LLMPipeline at bf16 / int8 / int4 weights: TTFT and the median step at batch 1, and at B > 1 B prompts
   in one call (its continuous batching), the decode phase's mean step.
 - floor: (weight bytes + KV bytes read) / bandwidth, the bandwidth probed in this run as a decode
-  step reads memory (toolkit.plan.cpu_probe: the fastest batch-1 GEMV streaming 128 MiB).
+  step reads memory (toolkit.plan.cpu_probe: the fastest batch-1 GEMV streaming 128 MiB), scaled by the
+  working-set factor: a sum's read rate re-reading the step's bytes over its rate on the probe's stream
+  (above 1 where the last-level cache holds part of the weights; the planner applies the same).
 - step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
   stubbed out (dispatch, norms, RoPE, activation rounding, KV writes): the step's fixed cost; the same at
   the largest batch gives a cost per sequence.
@@ -344,7 +346,7 @@ def main() -> None:
 
     from toolkit.engine.runtime.model_runner import default_threads
     from toolkit.model.spec import load_model_spec
-    from toolkit.plan.cpu_probe import measure_cpu
+    from toolkit.plan.cpu_probe import measure_cpu, spec_from_probe
     from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_prefill_seconds
 
     threads = args.threads or default_threads()
@@ -356,7 +358,10 @@ def main() -> None:
           f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} (others' work makes figures noisy)")
     probe = measure_cpu(rounds=2)
     bandwidth = probe["bandwidth_bytes_s"]
-    print(f"bandwidth as a decode step reads it: {bandwidth / 1e9:.1f} GB/s ({probe['bandwidth_kernel']} GEMV)")
+    print(f"bandwidth as a decode step reads it: {bandwidth / 1e9:.1f} GB/s ({probe['bandwidth_kernel']} GEMV over "
+          f"{probe['stream_mib']} MiB); a sum re-reading a working set of "
+          + ", ".join(f"{mib} MiB {rate / 1e9:.0f}" for mib, rate in probe["read_curve_bytes_s"].items()) + " GB/s")
+    hardware = spec_from_probe(probe)
     given_step_cost = args.step_cost_ms / 1e3 if args.step_cost_ms is not None else None
     spec = load_model_spec(build / "models" / args.model)
     rows = {}
@@ -368,7 +373,10 @@ def main() -> None:
             continue
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats)
         context = args.isl + args.osl / 2
-        r["floor_ms"] = (r["weight_bytes"] + context * r["kv_bytes_per_token"]) / bandwidth * 1e3
+        # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
+        step_bytes = r["weight_bytes"] + context * r["kv_bytes_per_token"]
+        r["working_set_factor"] = hardware.working_set_factor(step_bytes)
+        r["floor_ms"] = step_bytes / (bandwidth * r["working_set_factor"]) * 1e3
         # The planner's prediction with this format's step costs beyond the GEMMs as measured here: at batch B
         # the batch-1 cost plus (B - 1) times the cost per sequence.
         per_sequence = r["sequence_cost_ms"] / 1e3 if given_step_cost is None else 0.0
@@ -384,7 +392,7 @@ def main() -> None:
               f"TTFT {r['ttft_ms']:.1f} ms (planner {r['prefill_floor_ms']:.1f})  "
               + "  ".join(f"B{b} {itl[b]:.2f}ms/{b / itl[b] * 1e3:.0f}tok/s (roof x{itl[b] / r['roofline_ms'][b]:.2f})"
                           for b in batches)
-              + f"  floor {r['floor_ms']:.2f} ms: x{itl[batches[0]] / r['floor_ms']:.2f}"
+              + f"  floor {r['floor_ms']:.2f} ms (working set x{r['working_set_factor']:.2f}): x{itl[batches[0]] / r['floor_ms']:.2f}"
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence",
               flush=True)
     peers = {}
@@ -419,7 +427,7 @@ def main() -> None:
 
 def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
-            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 / floor | "
+            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (working set x) | B=1 / floor | "
             + " | ".join(f"B={b} / roofline" for b in batches)
             + " | planner B=1 ms (error at each B) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")
@@ -436,7 +444,7 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
                      + " | ".join(f"{itl[b]:.2f}" for b in batches)
                      + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq"
-                     + f" | {itl[batches[0]] / r['floor_ms']:.2f} | "
+                     + f" | {r['floor_ms']:.2f} (x{r['working_set_factor']:.2f}) | {itl[batches[0]] / r['floor_ms']:.2f} | "
                      + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
                      + f" | {planner:.2f} ({errors} %) | {'; '.join(peer) or '-'}"
                      + f" | {'; '.join(batched) or '-'} | {_openvino_cell(openvino.get(OV_FOR[q]), OV_FOR[q], itl, batches)} |")

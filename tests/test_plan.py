@@ -363,6 +363,26 @@ def test_cpu_decode_rate_follows_the_probed_batches():
     assert 8 < crossover < 16
 
 
+def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
+    """A step re-reads the same weights: the probe's read rate by working set (a sum re-reading 16 MiB .. 1 GiB)
+    over its rate on the 128 MiB stream the kernels were measured on scales the memory time; GPUs keep 1."""
+    from toolkit.plan.cpu_probe import spec_from_probe
+    from toolkit.plan.gpus import gpu_spec
+
+    curve = {"16": 60e9, "64": 60e9, "128": 48e9, "256": 30e9, "1024": 30e9}  # a 260 MiB L3, as read back
+    hw = spec_from_probe({**PROBE, "stream_mib": 128, "read_curve_bytes_s": curve})
+    assert hw.working_set_factor(128 * 2**20) == pytest.approx(1.0)
+    assert hw.working_set_factor(32 * 2**20) == pytest.approx(60 / 48)
+    assert hw.working_set_factor(2 * 2**30) == pytest.approx(30 / 48)
+    assert hw.working_set_factor(181 * 2**20) == pytest.approx((48 + (30 - 48) * 0.5) / 48, rel=1e-2)  # log midpoint
+    # int4 small at batch 1 (67,159,552 B, about 64 MiB): 60/48 faster than the stream's rate
+    step = cpu_decode_step(SMALL, "int4_awq", 1, 160, {**PROBE, "stream_mib": 128, "read_curve_bytes_s": curve},
+                           step_overhead_s=0, sequence_overhead_s=0)
+    assert step.memory_s == pytest.approx(67_159_552 / (30e9 * hw.working_set_factor(67_159_552)))
+    assert spec_from_probe(PROBE).working_set_factor(1e6) == 1.0  # an older probe without the curve
+    assert gpu_spec("h100-sxm").working_set_factor(1e6) == 1.0
+
+
 def test_nvfp4_is_refused_on_the_cpu_engine():
     with pytest.raises(ToolkitError, match="nvfp4 cannot be planned on the CPU engine"):
         cpu_decode_step_seconds(SMALL, "nvfp4", 1, 160, PROBE)
@@ -385,6 +405,8 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     assert all(set(rates) == {str(rows) for rows in cpu_probe.DECODE_ROWS} and min(rates.values()) > 0
                for rates in first["decode_flops"].values())
     assert first["bandwidth_bytes_s"] == max(*first["gemv_bytes_s"].values(), first["read_bytes_s_sum"])
+    assert first["stream_mib"] == 4 and set(first["read_curve_bytes_s"]) == {str(m) for m in cpu_probe.READ_CURVE_MIB}
+    assert min(first["read_curve_bytes_s"].values()) > 0
     assert first["rounds"] == 2 and all(0 <= v < 1 for v in first["spread"].values()) and first["measured"]
     assert cpu_probe.cpu_probe() == first  # read back, not measured again
     again = cpu_probe.cpu_probe(refresh=True)

@@ -32,11 +32,15 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 15  # bump when the probe measures differently: older caches are measured again
+VERSION = 16  # bump when the probe measures differently: older caches are measured again
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
 _WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5}
+# Working-set sizes at which a sum's read rate is probed: a decode step re-reads the same weights every step, so
+# where they fit in the last-level cache (a Xeon here had 260 MiB of L3: a 128 MiB sum read 48 GB/s, 256 MiB and
+# up 29, 2026-11-24) a step reads faster than from DRAM; the planner scales the kernels' rates by this curve.
+READ_CURVE_MIB = (16, 32, 64, 128, 256, 512, 1024)
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
 DECODE_IN_FEATURES = 1024
 DECODE_MATRIX_ROWS = 2048
@@ -148,6 +152,12 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     stream = torch.rand(2**18).repeat(max(1, int(stream_mib * 2**20 // 4) // 2**18))
     figures["read_bytes_s_sum"] = stream.numel() * 4 / _best_seconds(stream.sum, repeats)
     del stream
+    # The same read over working sets of READ_CURVE_MIB, each summed again and again (as steps re-read weights).
+    buffer = torch.ones(max(READ_CURVE_MIB) * 2**18)
+    for mib in READ_CURVE_MIB:
+        part = buffer[: mib * 2**18]
+        figures[f"read_bytes_s_at_{mib}"] = mib * 2**20 / _best_seconds(part.sum, repeats)
+    del buffer, part
     # Decode attention (the engine's fused kernel): query heads × context tokens per second, 8 sequences of
     # 256 tokens, Llama-like heads (12 query over 4 kv heads of 64) in a paged bf16 cache, one layer's cache
     # after another over half the stream: in a step the GEMMs between two layers' attention evict the cache,
@@ -193,12 +203,15 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
     runs = [_probe_round(stream_mib, repeats) for _ in range(rounds)]
     best = {k: max(r[k] for r in runs) for k in runs[0]}
     spread = {k: (best[k] - min(r[k] for r in runs)) / best[k] for k in runs[0]}
-    reads = {k: v for k, v in best.items() if k.startswith(("gemv_", "read_"))}
+    reads = {k: v for k, v in best.items() if k.startswith(("gemv_", "read_bytes_s_sum"))}
     roof = max(reads, key=reads.get)
     return {
         "version": VERSION,
         "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.split("_bytes_s_")[1],
         "read_bytes_s_sum": best["read_bytes_s_sum"],
+        # the kernels' streaming rates above were measured over stream_mib; read_curve scales them to a step's bytes
+        "stream_mib": stream_mib,
+        "read_curve_bytes_s": {str(mib): best[f"read_bytes_s_at_{mib}"] for mib in READ_CURVE_MIB},  # JSON keys
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
         "prefill_flops": {name: best[f"prefill_flops_{name}"] for name in KERNELS},
         "decode_flops": {name: {str(rows): best[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys

@@ -7,6 +7,7 @@ matmuls run in (`QuantFormat.gpu_compute`), for the CPU the kernel the embedded 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from toolkit.errors import ToolkitError
@@ -88,6 +89,26 @@ class HardwareSpec:
         engine's own kernel for it (a kernel may read below the memory roof); elsewhere the bandwidth."""
         rate = (self.probe.get("gemv_bytes_s") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
         return rate or self.bandwidth_bytes
+
+    def working_set_factor(self, step_bytes: float) -> float:
+        """How much faster (or slower) than the probed streaming rates a step reads `step_bytes` that it re-reads
+        every step: on the CPU the probed read rate at that working set over the rate at the probe's stream
+        size (interpolated in log size; above 1 where the bytes fit in the last-level cache); elsewhere 1."""
+        curve = self.probe.get("read_curve_bytes_s") if self.kind == "cpu" else None
+        if not curve or step_bytes <= 0:
+            return 1.0
+        points = sorted((math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items())
+
+        def rate_at(nbytes: float) -> float:
+            x = math.log2(nbytes)
+            if x <= points[0][0]:
+                return points[0][1]
+            for (x0, r0), (x1, r1) in zip(points, points[1:]):
+                if x <= x1:
+                    return r0 + (r1 - r0) * (x - x0) / (x1 - x0)
+            return points[-1][1]
+
+        return rate_at(step_bytes) / rate_at(self.probe.get("stream_mib", 128) * 2**20)
 
     def crossover(self, weights: str = "bf16") -> float:
         """FLOP per byte above which a kernel is compute-bound here (the roofline's ridge)."""
