@@ -30,7 +30,9 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   probed rate), plus those measured costs; "planner" is the same with the planner's own default
   costs (toolkit plan without this benchmark), its error against the measured ITL at each batch.
 - TTFT's planner figure: the prefill floor (compute at the rate the probe measured for the format's
-  kernel as prefill calls it: 128 rows, weights streamed, quantized formats widening per call).
+  kernel as prefill calls it: 128 rows, weights streamed, quantized formats widening per call), plus
+  causal attention at the attention kernel's probed rate and, per prompt token, the per-sequence step
+  cost measured above.
 """
 
 from __future__ import annotations
@@ -385,7 +387,8 @@ def main() -> None:
                                                         sequence_overhead_s=per_sequence) * 1e3 for b in batches}
         # ... and with its default (per-layer) step cost, as `toolkit plan` predicts without this benchmark
         r["planner_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe) * 1e3 for b in batches}
-        r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=0) * 1e3
+        r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=step_cost,
+                                                    sequence_overhead_s=per_sequence) * 1e3
         rows[qformat] = r
         itl = r["itl_ms"]
         print(f"{qformat:9s} {r['weight_format']:13s} load {r['load_s']:.1f}s warm-up {r['warm_up_s']:.1f}s  "

@@ -333,15 +333,20 @@ def test_cpu_crossover_batch_comes_earlier_for_int4():
         (213_960_192 / 30e9) / (2 * 106_980_096 / 200e9 - 2_621_440 / 30e9))
     # TTFT floor at ISL 128: the int8 kernel (100 GFLOP/s) is slower than bf16's (200), so prefill widens
     # to bf16: 2 · 106,980,096 · 128 / 200e9 = 136.9 ms (+ fixed cost); a faster format kernel is used as is.
-    assert cpu_prefill_seconds(SMALL, "int8_sq", 128, PROBE, step_overhead_s=0) == \
+    assert cpu_prefill_seconds(SMALL, "int8_sq", 128, PROBE, step_overhead_s=0, sequence_overhead_s=0) == \
         pytest.approx(2 * 106_980_096 * 128 / 200e9)
     fast_int4 = {**PROBE, "flops": {**PROBE["flops"], "int4": 300e9}}
-    assert cpu_prefill_seconds(SMALL, "int4_awq", 128, fast_int4, step_overhead_s=1e-3) == \
+    assert cpu_prefill_seconds(SMALL, "int4_awq", 128, fast_int4, step_overhead_s=1e-3, sequence_overhead_s=0) == \
         pytest.approx(2 * 106_980_096 * 128 / 300e9 + 1e-3)
     # A probe that measured each kernel as prefill calls it: that rate, whatever the in-cache peaks say.
     as_called = {**PROBE, "prefill_flops": {"bf16": 150e9, "int8a8": 120e9}}
-    assert cpu_prefill_seconds(SMALL, "int8_sq", 128, as_called, step_overhead_s=0) == \
+    assert cpu_prefill_seconds(SMALL, "int8_sq", 128, as_called, step_overhead_s=0, sequence_overhead_s=0) == \
         pytest.approx(2 * 106_980_096 * 128 / 120e9)
+    # Beyond the GEMMs: causal attention at the probed kernel rate (128 · 129 / 2 positions · 12 heads · 16 layers
+    # = 1,585,152 head-tokens at 200 M/s: 7.93 ms) and each prompt token's per-sequence cost (128 · 20 us).
+    with_attention = {**as_called, "attention_head_tokens_s": 200e6}
+    assert cpu_prefill_seconds(SMALL, "int8_sq", 128, with_attention, step_overhead_s=0, sequence_overhead_s=20e-6) == \
+        pytest.approx(2 * 106_980_096 * 128 / 120e9 + 1_585_152 / 200e6 + 128 * 20e-6)
 
 
 def test_cpu_decode_rate_follows_the_probed_batches():

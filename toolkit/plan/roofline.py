@@ -132,10 +132,16 @@ def prefill_flops_rate(hw: HardwareSpec, weights: str) -> float:
 
 def prefill_seconds(spec: ModelSpec, hw: HardwareSpec, d: Deployment, tokens: int) -> float:
     """Floor of one prompt's prefill: 2·P·S FLOPs over the TP group's rate (PP does not speed one
-    request), or reading the weights once, whichever is longer, plus the fixed step cost."""
+    request), or reading the weights once, whichever is longer, plus the fixed step cost. On the CPU engine
+    also what its GEMMs do not cover (once the int8 GEMM made INT8-SQ's matmuls 4x faster, a third of its
+    TTFT): causal attention at the attention kernel's probed rate (token i reads i + 1 positions), and per
+    prompt token what a decoded token costs beyond the GEMMs (norms, RoPE, SwiGLU, KV writes)."""
     compute = 2 * spec.total_params * tokens / (prefill_flops_rate(hw, d.weights) * d.tp)
     memory = weight_bytes(spec, d.weights) / d.tp / hw.bandwidth_bytes
-    return max(compute, memory) + hw.step_overhead_s
+    attention_rate = hw.probe.get("attention_head_tokens_s") if hw.kind == "cpu" else None
+    attention = (tokens * (tokens + 1) / 2 * spec.num_heads * spec.num_layers / attention_rate
+                 if attention_rate else 0.0)
+    return max(compute, memory) + attention + tokens * hw.sequence_overhead_s + hw.step_overhead_s
 
 
 @dataclass(frozen=True)
@@ -258,8 +264,8 @@ def cpu_crossover_batch(spec: ModelSpec, qformat: str, context_len: float, probe
 
 
 def cpu_prefill_seconds(spec: ModelSpec, qformat: str, tokens: int, probe: HardwareSpec | dict | None = None,
-                        step_overhead_s: float | None = None) -> float:
-    hw = cpu_hardware(probe, step_overhead_s, spec)
+                        step_overhead_s: float | None = None, sequence_overhead_s: float | None = None) -> float:
+    hw = cpu_hardware(probe, step_overhead_s, spec, sequence_overhead_s)
     return prefill_seconds(spec, hw, Deployment(weights=_cpu_weights(qformat)), tokens)
 
 
