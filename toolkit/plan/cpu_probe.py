@@ -32,7 +32,7 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 16  # bump when the probe measures differently: older caches are measured again
+VERSION = 17  # bump when the probe measures differently: older caches are measured again
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
@@ -112,17 +112,24 @@ def _kernel(name: str, out_features: int, in_features: int):
 
 
 def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, stream_bytes: float,
-                    repeats: int) -> dict[int, float]:
+                    repeats: int, without_call_cost: bool = False) -> dict[int, float]:
     """FLOP/s of kernel `name` at each of `rows_list` rows, over [out_features, in_features] matrices of about
-    `stream_bytes` in all, called one after another as a step calls its GEMMs (so they come from memory)."""
+    `stream_bytes` in all, called one after another as a step calls its GEMMs (so they come from memory).
+    without_call_cost: each Python call's own cost (the same call on a 16-row matrix) taken out, for kernels a
+    decode step calls from C (decode_step.c): ~14 us a call, a quarter of a 2 MB int8 GEMM's time, had made the
+    2-row INT8-SQ rate 90 GFLOP/s where the step ran 155 (2026-11-24)."""
     import torch
 
     count = max(1, int(stream_bytes // (out_features * in_features * _WEIGHT_BYTES[name])))
     linears = [_kernel(name, out_features, in_features) for _ in range(count)]
+    tiny = _kernel(name, 16, in_features)[2] if without_call_cost else None
     rates = {}
     for rows in rows_list:
         x = torch.randn(rows, in_features, dtype=linears[0][1])
         seconds = _best_seconds(lambda: [fn(x) for _, _, fn in linears], repeats)
+        if tiny is not None:
+            per_call = _best_seconds(lambda: [tiny(x) for _ in range(count)], repeats) / count
+            seconds = max(seconds - count * per_call, seconds / 2)  # never more than half: a noisy small timing
         rates[rows] = 2 * rows * out_features * in_features * count / seconds
     return rates
 
@@ -145,7 +152,8 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # DECODE_IN_FEATURES: each output costs a reduction beside its dot product, so shorter rows run slower
     # (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small preset's 768, 2026-11-23).
     for name in KERNELS:
-        rates = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20, repeats)
+        rates = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20, repeats,
+                                without_call_cost=True)
         figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.

@@ -76,13 +76,7 @@ class HardwareSpec:
         rates = (self.probe.get("decode_flops") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
         if not rates:
             return self.peak_flops(weights)
-        points = sorted((int(rows), rate) for rows, rate in rates.items())  # JSON keys come back as strings
-        if batch <= points[0][0]:
-            return points[0][1]
-        for (b0, r0), (b1, r1) in zip(points, points[1:]):
-            if batch <= b1:
-                return r0 + (r1 - r0) * (batch - b0) / (b1 - b0)
-        return points[-1][1]
+        return _interpolate([(int(rows), rate) for rows, rate in rates.items()], batch)  # JSON keys are strings
 
     def weight_read_bytes(self, weights: str) -> float:
         """How fast a decode step reads this format's weights: on the CPU, the probed streaming rate of the
@@ -97,18 +91,9 @@ class HardwareSpec:
         curve = self.probe.get("read_curve_bytes_s") if self.kind == "cpu" else None
         if not curve or step_bytes <= 0:
             return 1.0
-        points = sorted((math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items())
-
-        def rate_at(nbytes: float) -> float:
-            x = math.log2(nbytes)
-            if x <= points[0][0]:
-                return points[0][1]
-            for (x0, r0), (x1, r1) in zip(points, points[1:]):
-                if x <= x1:
-                    return r0 + (r1 - r0) * (x - x0) / (x1 - x0)
-            return points[-1][1]
-
-        return rate_at(step_bytes) / rate_at(self.probe.get("stream_mib", 128) * 2**20)
+        points = [(math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items()]
+        stream_bytes = self.probe.get("stream_mib", 128) * 2**20
+        return _interpolate(points, math.log2(step_bytes)) / _interpolate(points, math.log2(stream_bytes))
 
     def crossover(self, weights: str = "bf16") -> float:
         """FLOP per byte above which a kernel is compute-bound here (the roofline's ridge)."""
@@ -116,3 +101,14 @@ class HardwareSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _interpolate(points: list[tuple[float, float]], x: float) -> float:
+    """y at x, linear between the (x, y) points, the nearest point's y outside them."""
+    points = sorted(points)
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
