@@ -9,6 +9,7 @@ Parameter counts used below (Llama family, from the published config.json shapes
 """
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -385,6 +386,16 @@ def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
                            step_overhead_s=0, sequence_overhead_s=0)
     assert step.memory_s == pytest.approx(67_159_552 / (30e9 * hw.working_set_factor(67_159_552)))
     assert spec_from_probe(PROBE).working_set_factor(1e6) == 1.0  # an older probe without the curve
+    # Few-row rates: probed over the 128 MiB stream and over 32 MiB; a step's bytes pick between them by the curve
+    # (60 GB/s at 32 MiB, 48 at 128): 64 MiB reads at 60 → the cached rate; 181 MiB at 39 → the streamed one.
+    rates = {"decode_flops": {"int8a8": {"2": 100e9, "4": 200e9}},
+             "cached_decode_flops": {"int8a8": {"2": 200e9, "4": 300e9}}, "cached_mib": 32}
+    mixed = spec_from_probe({**PROBE, **rates, "stream_mib": 128, "read_curve_bytes_s": curve})
+    assert mixed.decode_peak_flops("int8_sq", 2, 64 * 2**20) == pytest.approx(200e9)
+    assert mixed.decode_peak_flops("int8_sq", 2, 181 * 2**20) == pytest.approx(100e9)
+    at_96 = 60 - 12 * (math.log2(96) - 6)  # GB/s, interpolated in log size between 64 and 128 MiB
+    assert mixed.decode_peak_flops("int8_sq", 3, 96 * 2**20) == pytest.approx(150e9 + 100e9 * (at_96 - 48) / 12)
+    assert mixed.decode_peak_flops("int8_sq", 2) == 100e9  # no step size given: the streamed rate
     assert gpu_spec("h100-sxm").working_set_factor(1e6) == 1.0
 
 

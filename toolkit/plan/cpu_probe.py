@@ -32,7 +32,7 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 17  # bump when the probe measures differently: older caches are measured again
+VERSION = 18  # bump when the probe measures differently: older caches are measured again
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
@@ -41,6 +41,7 @@ _WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5}
 # where they fit in the last-level cache (a Xeon here had 260 MiB of L3: a 128 MiB sum read 48 GB/s, 256 MiB and
 # up 29, 2026-11-24) a step reads faster than from DRAM; the planner scales the kernels' rates by this curve.
 READ_CURVE_MIB = (16, 32, 64, 128, 256, 512, 1024)
+CACHED_MIB = 32  # the small working set the few-row rates are also probed on
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
 DECODE_IN_FEATURES = 1024
 DECODE_MATRIX_ROWS = 2048
@@ -155,6 +156,12 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         rates = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20, repeats,
                                 without_call_cost=True)
         figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
+        # ... and over a working set that a large last-level cache holds (memory-bound few-row kernels run up to 2x
+        # faster there: INT8-SQ at 2 rows 207 GFLOP/s over 64 MiB, 100 over 128 MiB on a 260 MiB-L3 Xeon); the
+        # planner mixes the two by where a step's bytes fall on the read curve.
+        rates = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, CACHED_MIB * 2**20, repeats,
+                                without_call_cost=True)
+        figures.update({f"cached_decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
     stream = torch.rand(2**18).repeat(max(1, int(stream_mib * 2**20 // 4) // 2**18))
@@ -224,6 +231,9 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "prefill_flops": {name: best[f"prefill_flops_{name}"] for name in KERNELS},
         "decode_flops": {name: {str(rows): best[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys
                          for name in KERNELS},
+        "cached_mib": CACHED_MIB,
+        "cached_decode_flops": {name: {str(rows): best[f"cached_decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}
+                                for name in KERNELS},
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,

@@ -69,14 +69,29 @@ class HardwareSpec:
     def peak_flops(self, weights: str) -> float:
         return self.peak_tflops[self.compute_type(weights)] * 1e12
 
-    def decode_peak_flops(self, weights: str, batch: float) -> float:
+    def decode_peak_flops(self, weights: str, batch: float, step_bytes: float | None = None) -> float:
         """The rate of a decode step's matmuls at `batch` rows: on the CPU the probed rate of the engine's
         few-row kernels at that many rows (linear between the probed batches, the nearest one outside them),
-        below what its prefill kernels reach; elsewhere the device's peak."""
-        rates = (self.probe.get("decode_flops") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
+        below what its prefill kernels reach; elsewhere the device's peak. With `step_bytes` (what the step
+        re-reads), between the rates probed over the big stream and over a cache-sized one, by where those
+        bytes fall on the read curve (all the way to the cached rate where they read as fast)."""
+        kernel = self.compute_type(weights)
+        rates = (self.probe.get("decode_flops") or {}).get(kernel) if self.kind == "cpu" else None
         if not rates:
             return self.peak_flops(weights)
-        return _interpolate([(int(rows), rate) for rows, rate in rates.items()], batch)  # JSON keys are strings
+        streamed = _interpolate([(int(rows), rate) for rows, rate in rates.items()], batch)  # JSON keys are strings
+        cached_rates = (self.probe.get("cached_decode_flops") or {}).get(kernel)
+        curve = self.probe.get("read_curve_bytes_s")
+        if not cached_rates or not curve or not step_bytes:
+            return streamed
+        cached = _interpolate([(int(rows), rate) for rows, rate in cached_rates.items()], batch)
+        points = [(math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items()]
+        at_stream = _interpolate(points, math.log2(self.probe.get("stream_mib", 128) * 2**20))
+        at_cached = _interpolate(points, math.log2(self.probe.get("cached_mib", 32) * 2**20))
+        if at_cached <= at_stream * 1.05:  # no cache to speak of at these sizes
+            return streamed
+        share = (_interpolate(points, math.log2(step_bytes)) - at_stream) / (at_cached - at_stream)
+        return streamed + (cached - streamed) * min(1.0, max(0.0, share))
 
     def weight_read_bytes(self, weights: str) -> float:
         """How fast a decode step reads this format's weights: on the CPU, the probed streaming rate of the

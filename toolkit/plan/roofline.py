@@ -80,7 +80,8 @@ def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, co
     weights_s = weights_read / (hw.weight_read_bytes(d.weights) * cached) * d.pp
     kv_s = kv_read / (hw.bandwidth_bytes * cached) * d.pp
     memory_s = weights_s + kv_s
-    compute_s = 2 * spec.total_params * batch / stages / hw.decode_peak_flops(d.weights, max(batch, 1)) * d.pp
+    rate = hw.decode_peak_flops(d.weights, max(batch, 1), weights_read + kv_read)
+    compute_s = 2 * spec.total_params * batch / stages / rate * d.pp
     message = batch * spec.hidden_size * 2  # bf16 activations
     link = hw.interconnect_gbs * 1e9 if hw.interconnect_gbs else hw.bandwidth_bytes
     per_layer = 2 * allreduce_seconds(message, d.tp, link, d.allreduce_latency_us * 1e-6)  # attention + MLP
