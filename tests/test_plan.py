@@ -381,10 +381,18 @@ def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
     assert hw.working_set_factor(32 * 2**20) == pytest.approx(60 / 48)
     assert hw.working_set_factor(2 * 2**30) == pytest.approx(30 / 48)
     assert hw.working_set_factor(181 * 2**20) == pytest.approx((48 + (30 - 48) * 0.5) / 48, rel=1e-2)  # log midpoint
-    # int4 small at batch 1 (67,159,552 B, about 64 MiB): 60/48 faster than the stream's rate
-    step = cpu_decode_step(SMALL, "int4_awq", 1, 160, {**PROBE, "stream_mib": 128, "read_curve_bytes_s": curve},
-                           step_overhead_s=0, sequence_overhead_s=0)
-    assert step.memory_s == pytest.approx(67_159_552 / (30e9 * hw.working_set_factor(67_159_552)))
+    # The weights at the kernel's own rates, probed over the stream and over 32 MiB: int4 small at batch 1 (64,538,112
+    # B of weights + 2,621,440 of KV, just over 64 MiB: all but all the way to the cached rates) reads its weights no faster in
+    # cache (a compute-bound kernel: 20 GB/s both ways), its KV 60/48 faster than the 30 GB/s roof.
+    kernels = {"gemv_bytes_s": {"int4": 20e9, "int8a8": 30e9}, "cached_gemv_bytes_s": {"int4": 20e9, "int8a8": 55e9}}
+    probe = {**PROBE, **kernels, "stream_mib": 128, "cached_mib": 32, "read_curve_bytes_s": curve}
+    step = cpu_decode_step(SMALL, "int4_awq", 1, 160, probe, step_overhead_s=0, sequence_overhead_s=0)
+    kv_factor = spec_from_probe(probe).working_set_factor(67_159_552)
+    assert kv_factor == pytest.approx(60 / 48, rel=1e-3)
+    assert step.memory_s == pytest.approx(64_538_112 / 20e9 + 2_621_440 / (30e9 * kv_factor))
+    assert spec_from_probe(probe).weight_read_bytes("int8_sq", 64 * 2**20) == pytest.approx(55e9)  # memory-bound
+    assert spec_from_probe(probe).weight_read_bytes("int8_sq", 512 * 2**20) == pytest.approx(30e9)
+    assert spec_from_probe(probe).weight_read_bytes("int8_sq") == 30e9
     assert spec_from_probe(PROBE).working_set_factor(1e6) == 1.0  # an older probe without the curve
     # Few-row rates: probed over the 128 MiB stream and over 32 MiB; a step's bytes pick between them by the curve
     # (60 GB/s at 32 MiB, 48 at 128): 64 MiB reads at 60 → the cached rate; 181 MiB at 39 → the streamed one.

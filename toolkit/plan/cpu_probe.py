@@ -32,7 +32,7 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 18  # bump when the probe measures differently: older caches are measured again
+VERSION = 19  # bump when the probe measures differently: older caches are measured again
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
@@ -146,6 +146,12 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         x = torch.randn(1, 4096, dtype=dtype)
         figures[f"gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
         del fn
+        # ... and over a working set a large last-level cache holds, re-read (a compute-bound kernel, int4 here, runs
+        # no faster there; a memory-bound one, INT8-SQ's, up to 2x on a 260 MiB-L3 Xeon)
+        out_features = int(CACHED_MIB * 2**20 / (4096 * _WEIGHT_BYTES[name])) // 128 * 128
+        nbytes, dtype, fn = _kernel(name, out_features, 4096)
+        figures[f"cached_gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
+        del fn
     # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
     # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
     # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
@@ -236,6 +242,7 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
                                 for name in KERNELS},
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
+        "cached_gemv_bytes_s": {name: best[f"cached_gemv_bytes_s_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": _cpu_name(), "cpus": os.cpu_count(),

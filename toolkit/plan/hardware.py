@@ -81,10 +81,30 @@ class HardwareSpec:
             return self.peak_flops(weights)
         streamed = _interpolate([(int(rows), rate) for rows, rate in rates.items()], batch)  # JSON keys are strings
         cached_rates = (self.probe.get("cached_decode_flops") or {}).get(kernel)
-        curve = self.probe.get("read_curve_bytes_s")
-        if not cached_rates or not curve or not step_bytes:
+        if not cached_rates:
             return streamed
         cached = _interpolate([(int(rows), rate) for rows, rate in cached_rates.items()], batch)
+        return self._between_stream_and_cache(streamed, cached, step_bytes)
+
+    def weight_read_bytes(self, weights: str, step_bytes: float | None = None) -> float:
+        """How fast a decode step reads this format's weights: on the CPU, the probed streaming rate of the
+        engine's own kernel for it (a kernel may read below the memory roof), with `step_bytes` moved towards its
+        rate over a cache-sized working set as decode_peak_flops; elsewhere the bandwidth."""
+        if self.kind != "cpu":
+            return self.bandwidth_bytes
+        kernel = self.compute_type(weights)
+        streamed = (self.probe.get("gemv_bytes_s") or {}).get(kernel)
+        if not streamed:
+            return self.bandwidth_bytes
+        cached = (self.probe.get("cached_gemv_bytes_s") or {}).get(kernel)
+        return self._between_stream_and_cache(streamed, cached, step_bytes) if cached else streamed
+
+    def _between_stream_and_cache(self, streamed: float, cached: float, step_bytes: float | None) -> float:
+        """A rate probed over the big stream and over the cache-sized working set, taken at `step_bytes` by where
+        those bytes fall on the read curve between the two sizes (the streamed rate without a curve or a size)."""
+        curve = self.probe.get("read_curve_bytes_s")
+        if not curve or not step_bytes:
+            return streamed
         points = [(math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items()]
         at_stream = _interpolate(points, math.log2(self.probe.get("stream_mib", 128) * 2**20))
         at_cached = _interpolate(points, math.log2(self.probe.get("cached_mib", 32) * 2**20))
@@ -92,12 +112,6 @@ class HardwareSpec:
             return streamed
         share = (_interpolate(points, math.log2(step_bytes)) - at_stream) / (at_cached - at_stream)
         return streamed + (cached - streamed) * min(1.0, max(0.0, share))
-
-    def weight_read_bytes(self, weights: str) -> float:
-        """How fast a decode step reads this format's weights: on the CPU, the probed streaming rate of the
-        engine's own kernel for it (a kernel may read below the memory roof); elsewhere the bandwidth."""
-        rate = (self.probe.get("gemv_bytes_s") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
-        return rate or self.bandwidth_bytes
 
     def working_set_factor(self, step_bytes: float) -> float:
         """How much faster (or slower) than the probed streaming rates a step reads `step_bytes` that it re-reads

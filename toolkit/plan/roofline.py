@@ -75,12 +75,12 @@ def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, co
     kv_read = batch * context_tokens * kv_bytes_per_token_per_gpu(spec, d)
     weights_read = weight_bytes(spec, d.weights) / stages
     # A step re-reads the same weights and KV: on a CPU whose last-level cache holds part of them it reads faster
-    # than the probe's stream (1 elsewhere).
-    cached = hw.working_set_factor(weights_read + kv_read)  # both per GPU / pipeline stage
-    weights_s = weights_read / (hw.weight_read_bytes(d.weights) * cached) * d.pp
-    kv_s = kv_read / (hw.bandwidth_bytes * cached) * d.pp
+    # than the probe's stream (as far as its kernels are memory-bound: their rates probed both ways); 1 elsewhere.
+    step_bytes = weights_read + kv_read  # both per GPU / pipeline stage
+    weights_s = weights_read / hw.weight_read_bytes(d.weights, step_bytes) * d.pp
+    kv_s = kv_read / (hw.bandwidth_bytes * hw.working_set_factor(step_bytes)) * d.pp
     memory_s = weights_s + kv_s
-    rate = hw.decode_peak_flops(d.weights, max(batch, 1), weights_read + kv_read)
+    rate = hw.decode_peak_flops(d.weights, max(batch, 1), step_bytes)
     compute_s = 2 * spec.total_params * batch / stages / rate * d.pp
     message = batch * spec.hidden_size * 2  # bf16 activations
     link = hw.interconnect_gbs * 1e9 if hw.interconnect_gbs else hw.bandwidth_bytes
