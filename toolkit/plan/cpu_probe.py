@@ -14,6 +14,10 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   few-row kernels keep while they also stream the weights.
 - Attention: the engine's fused decode-attention kernel, query heads x context tokens per second, each
   layer's KV cache read from memory as in a step.
+- Working set: a sum's read rate re-reading 16 MiB .. 1 GiB, and the kernels' batch-1 and few-row rates also
+  over a 32 MiB working set: on a CPU whose last-level cache holds a small model's weights between steps,
+  the planner places a step between the streamed and the cached rates by where its bytes fall on the curve
+  (a memory-bound kernel gains, a compute-bound one does not).
 - Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
   (max − min) / max is recorded beside it. Everything on the torch thread count in use.
 
@@ -38,8 +42,9 @@ VERSION = 19  # bump when the probe measures differently: older caches are measu
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
 _WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5}
 # Working-set sizes at which a sum's read rate is probed: a decode step re-reads the same weights every step, so
-# where they fit in the last-level cache (a Xeon here had 260 MiB of L3: a 128 MiB sum read 48 GB/s, 256 MiB and
-# up 29, 2026-11-24) a step reads faster than from DRAM; the planner scales the kernels' rates by this curve.
+# where they fit in the last-level cache (a Xeon here had 260 MiB of L3: a 128 MiB sum read 30-48 GB/s, 64 MiB 54,
+# 256 MiB and up 27-29, 2026-11-24) a step reads faster than from DRAM. Where a step's bytes fall on this curve
+# places it between the kernels' rates probed over stream_mib and over CACHED_MIB (and scales its KV reads).
 READ_CURVE_MIB = (16, 32, 64, 128, 256, 512, 1024)
 CACHED_MIB = 32  # the small working set the few-row rates are also probed on
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
@@ -230,7 +235,7 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "version": VERSION,
         "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.split("_bytes_s_")[1],
         "read_bytes_s_sum": best["read_bytes_s_sum"],
-        # the kernels' streaming rates above were measured over stream_mib; read_curve scales them to a step's bytes
+        # the kernels' rates over stream_mib and over cached_mib; the read curve places a step between them
         "stream_mib": stream_mib,
         "read_curve_bytes_s": {str(mib): best[f"read_bytes_s_at_{mib}"] for mib in READ_CURVE_MIB},  # JSON keys
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},

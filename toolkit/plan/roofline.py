@@ -12,7 +12,9 @@ FLOPs count 2 per parameter per token (attention's context-length term is left o
 (`prefill_flops_rate`). On a GPU the rate is the datasheet's dense tensor peak for the type the
 format computes in, and the fixed cost is 0 (floors). On this CPU the rate is the probed rate of the
 kernel the CPU engine runs for the format (toolkit/plan/cpu_probe.py), the bandwidth is a probed
-fastest read (batch-1 GEMV or sum), and the fixed cost is `HardwareSpec.step_overhead_s`.
+fastest read (batch-1 GEMV or sum), both taken at the step's working set (a large last-level cache holds
+a small model between steps), and the fixed cost is `HardwareSpec.step_overhead_s` plus
+`sequence_overhead_s` per sequence (per prompt token in prefill, beside causal attention).
 
 For the engine benchmark (perf/engine_bench.py):
     from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_decode_step
