@@ -400,7 +400,7 @@ def main() -> None:
               flush=True)
     peers = {}
     if not args.no_peers and (PEERS / "venv/bin/python").is_file():
-        for kind in ("f16", "bf16", "q8_0", "q4_0"):
+        for kind in [k for k in ("f16", "bf16", "q8_0", "q4_0") if any(k in PEER_FOR[q] for q in rows)]:  # same bits
             p = bench_llamacpp(build / "models" / args.model, kind, args.isl, args.osl, threads)
             if p:
                 p["batched"] = bench_llamacpp_batched(build / "models" / args.model, kind, args.isl, args.osl, threads,
