@@ -83,7 +83,7 @@ def fp8_scaled_mm_available(device: str) -> bool:
 @functools.cache
 def prefill_in_fp32() -> bool:
     """Whether a prompt chunk's bf16 GEMM runs faster as fp32 on this CPU (inputs widened per call), measured once
-    per process on a `small`-sized layer, best of 3 each. The same numbers either way (bf16 products are exact in
+    per process on a `small`-sized layer, best of 10 each after 3 warm-up calls. The same numbers either way (bf16 products are exact in
     fp32 and oneDNN's bf16 GEMM accumulates in fp32; only the summation order differs); which is faster depends
     on the CPU: oneDNN's bf16 GEMM ran ~400 GFLOP/s on a Zen 4 (2026-11-24 morning) and 170 on a Xeon without
     AMX, whose fp32 GEMM ran 290 (afternoon). TOOLKIT_PREFILL_DTYPE=bf16|fp32 sets it instead."""
@@ -99,9 +99,12 @@ def prefill_in_fp32() -> bool:
     x, w = torch.randn(128, 768, dtype=torch.bfloat16), torch.randn(2048, 768, dtype=torch.bfloat16)
 
     def best(fn) -> float:
-        fn()
-        times = []
+        # the first calls page-fault their fresh fp32 buffers until glibc's mmap threshold adapts (a 6 MB widened
+        # weight: 1.8 ms warm, up to 2.9 cold, which chose bf16 in one process of two); the engine runs warm
         for _ in range(3):
+            fn()
+        times = []
+        for _ in range(10):
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
