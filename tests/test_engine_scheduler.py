@@ -216,6 +216,21 @@ def test_build_refuses_a_kv_cache_smaller_than_one_sequence():
     check_cpu_limits(EngineConfig(kv_cache_blocks=10, **limits))
 
 
+def test_build_keeps_the_prompt_gemm_dtype_it_timed(tmp_path, tiny_model_dir):
+    """A CPU engine build times bf16 against fp32 prompt GEMMs once, on this CPU, and the engine keeps the choice;
+    one given in the config is kept as it is."""
+    from toolkit.engine.cpu import build_cpu_engine
+    from toolkit.engine.engine_config import EngineConfig
+
+    limits = dict(target="cpu", max_batch_size=4, max_input_len=64, max_seq_len=128, max_num_tokens=128,
+                  tokens_per_block=32, kv_cache_blocks=16, qformat="none", kv_cache_dtype="none")
+    built = build_cpu_engine(tiny_model_dir, tmp_path / "a", EngineConfig(**limits))
+    assert built["prompt_gemm_dtype"] in ("bfloat16", "float32")
+    assert EngineConfig.read(tmp_path / "a").prompt_gemm_dtype == built["prompt_gemm_dtype"]
+    build_cpu_engine(tiny_model_dir, tmp_path / "b", EngineConfig(prompt_gemm_dtype="bfloat16", **limits))
+    assert EngineConfig.read(tmp_path / "b").prompt_gemm_dtype == "bfloat16"
+
+
 def test_timeline_records_each_step_and_exports_a_trace(tmp_path):
     import json
     import time

@@ -357,16 +357,15 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
 
 
 @pytest.mark.parametrize("forced", ["bf16", "fp32"])
-def test_prompt_gemm_precision_is_chosen_per_cpu_and_computes_the_same_product(monkeypatch, forced):
-    """Prompt chunks' bf16 GEMMs run in fp32 where that is faster on this CPU (measured once per process, or set by
-    TOOLKIT_PREFILL_DTYPE): the same product either way (exact bf16 products, fp32 sums; only the order differs),
-    and decode-sized inputs are never widened."""
+def test_prompt_gemm_precision_is_chosen_per_cpu_and_computes_the_same_product(monkeypatch, forced, tiny_model_dir):
+    """Prompt chunks' bf16 GEMMs run in fp32 where that is faster on this CPU (chosen at build, else timed once per
+    process, or set by TOOLKIT_PREFILL_DTYPE): the same product either way (exact bf16 products, fp32 sums; only
+    the order differs), and decode-sized inputs are never widened."""
     import torch
 
     from toolkit.engine.runtime import kernels
 
     monkeypatch.setenv("TOOLKIT_PREFILL_DTYPE", forced)
-    kernels.prefill_in_fp32.cache_clear()
     try:
         assert kernels.prefill_in_fp32() == (forced == "fp32")
         gen = torch.Generator().manual_seed(3)
@@ -380,5 +379,17 @@ def test_prompt_gemm_precision_is_chosen_per_cpu_and_computes_the_same_product(m
         monkeypatch.setattr(torch.Tensor, "float", lambda self: calls.append(self.shape) or self.to(torch.float32))
         kernels.dense_gemm(x[:4], w)  # a decode-sized input: bf16 as it is
         assert calls == []
+        monkeypatch.undo()
+        monkeypatch.setenv("TOOLKIT_PREFILL_DTYPE", forced)
+        # what a served engine reports in engine_info.json
+        assert _runner(tiny_model_dir, dtype="bf16").prompt_gemm_dtype == {"bf16": "bfloat16", "fp32": "float32"}[forced]
+        assert _runner(tiny_model_dir, dtype="fp32").prompt_gemm_dtype == "float32"
+        # without the variable: what the engine was built with (engine_config.json → ModelRunner)
+        monkeypatch.delenv("TOOLKIT_PREFILL_DTYPE")
+        from toolkit.engine.runtime.model_runner import ModelRunner
+
+        for built in ("bfloat16", "float32"):
+            runner = ModelRunner(tiny_model_dir, num_blocks=8, block_size=BLOCK, dtype="bf16", prompt_gemm_dtype=built)
+            assert kernels.prefill_in_fp32() == (built == "float32") and runner.prompt_gemm_dtype == built
     finally:
-        kernels.prefill_in_fp32.cache_clear()
+        kernels.set_prompt_gemm_dtype(None)

@@ -32,6 +32,8 @@ class EngineConfig:
     batch_scheduler_policy: str = "guaranteed_no_evict"
     max_draft_len: int = 0  # > 0: n-gram speculative decoding (CPU engine)
     dtype: str = "auto"  # activations (the CPU engine's auto: bfloat16)
+    # CPU: what prompt chunks' bf16 GEMMs compute in, chosen by timing at `toolkit build` ("auto" until then)
+    prompt_gemm_dtype: str = "auto"
 
     @classmethod
     def from_deployment(cls, config: DeploymentConfig) -> "EngineConfig":

@@ -135,6 +135,7 @@ class Engine:
         return {"weight_format": getattr(runner, "weight_format", None),
                 "compute_dtype": str(getattr(runner, "dtype", "")).replace("torch.", "") or None,
                 "step_kernels": getattr(runner, "step_kernels", None),
+                "prompt_gemm_dtype": getattr(runner, "prompt_gemm_dtype", None),
                 "kv_cache_dtype": getattr(cache, "kv_cache_dtype", None),
                 "threads": torch.get_num_threads(), "startup_seconds": self.startup_seconds,
                 "enable_chunked_context": c.enable_chunked_context, "enable_kv_cache_reuse": c.enable_kv_cache_reuse,
@@ -369,7 +370,8 @@ def open_engine(engine_dir, *, threads: int | None = None, device: str = "cpu", 
     kv_dtype = limits.get("kv_cache_dtype") or "none"
     runner = ModelRunner(engine_dir / CHECKPOINT_SUBDIR, num_blocks=limits["kv_cache_blocks"],
                          block_size=limits["tokens_per_block"], kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
-                         dtype=limits.get("dtype", "auto"), threads=threads, device=device)
+                         dtype=limits.get("dtype", "auto"), threads=threads, device=device,
+                         prompt_gemm_dtype=limits.get("prompt_gemm_dtype"))
     config = SchedulerConfig(
         max_batch_size=limits["max_batch_size"], max_num_tokens=limits["max_num_tokens"],
         max_seq_len=limits["max_seq_len"], block_size=limits["tokens_per_block"], num_blocks=limits["kv_cache_blocks"],

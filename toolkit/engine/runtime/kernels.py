@@ -80,38 +80,62 @@ def fp8_scaled_mm_available(device: str) -> bool:
         return False
 
 
-@functools.cache
+_built_prompt_fp32: bool | None = None  # the engine build's choice (set_prompt_gemm_dtype), else timed here
+
+
+def set_prompt_gemm_dtype(dtype: str | None) -> None:
+    """The dtype an engine was built to run prompt GEMMs in ("bfloat16", "float32"; None or "auto": time it)."""
+    global _built_prompt_fp32
+    _built_prompt_fp32 = None if dtype in (None, "auto") else dtype == "float32"
+
+
 def prefill_in_fp32() -> bool:
-    """Whether a prompt chunk's bf16 GEMM runs faster as fp32 on this CPU (inputs widened per call), measured once
-    per process on a `small`-sized layer, best of 10 each after 3 warm-up calls. The same numbers either way (bf16 products are exact in
-    fp32 and oneDNN's bf16 GEMM accumulates in fp32; only the summation order differs); which is faster depends
-    on the CPU: oneDNN's bf16 GEMM ran ~400 GFLOP/s on a Zen 4 (2026-11-24 morning) and 170 on a Xeon without
-    AMX, whose fp32 GEMM ran 290 (afternoon). TOOLKIT_PREFILL_DTYPE=bf16|fp32 sets it instead."""
+    """Whether a prompt chunk's bf16 GEMMs run as fp32 (inputs widened per call): TOOLKIT_PREFILL_DTYPE=bf16|fp32
+    if set, else what the engine build chose (engine_config.json's prompt_gemm_dtype: `toolkit build` times it on
+    a quiet machine, as trtllm-build picks its tactics), else timed once in this process. The same numbers either
+    way (bf16 products are exact in fp32 and oneDNN's bf16 GEMM accumulates in fp32; only the summation order
+    differs); which is faster depends on the CPU: oneDNN's bf16 GEMM ran ~400 GFLOP/s on a Zen 4 (2026-11-24
+    morning) and 170 on a Xeon without AMX, whose fp32 GEMM ran 290 (afternoon)."""
     import os
+
+    forced = os.environ.get("TOOLKIT_PREFILL_DTYPE")
+    if forced in ("bf16", "fp32"):
+        return forced == "fp32"
+    if _built_prompt_fp32 is not None:
+        return _built_prompt_fp32
+    return time_prompt_gemm_in_fp32()
+
+
+@functools.cache
+def time_prompt_gemm_in_fp32() -> bool:
+    """fp32 against bf16 on a `small`-sized layer (128 x 768 x 2048), the two alternated, best of 10 each after 3
+    warm-up calls; fp32 when 10 % faster. Timed inside a starting server (its neighbours loading, a client
+    sending) it chose bf16 in one demo of two here, hence the build-time choice above."""
     import time
 
     import torch
     import torch.nn.functional as F
 
-    forced = os.environ.get("TOOLKIT_PREFILL_DTYPE")
-    if forced in ("bf16", "fp32"):
-        return forced == "fp32"
     x, w = torch.randn(128, 768, dtype=torch.bfloat16), torch.randn(2048, 768, dtype=torch.bfloat16)
 
-    def best(fn) -> float:
-        # the first calls page-fault their fresh fp32 buffers until glibc's mmap threshold adapts (a 6 MB widened
-        # weight: 1.8 ms warm, up to 2.9 cold, which chose bf16 in one process of two); the engine runs warm
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(10):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
+    def bf16_call():
+        F.linear(x, w)
 
-    bf16 = best(lambda: F.linear(x, w))
-    fp32 = best(lambda: F.linear(x.float(), w.float()).to(torch.bfloat16))
+    def fp32_call():
+        F.linear(x.float(), w.float()).to(torch.bfloat16)
+
+    # The first calls page-fault their fresh fp32 buffers until glibc's mmap threshold adapts (a 6 MB widened weight:
+    # 1.8 ms warm, up to 2.9 cold), and a server times this while its neighbours start: warm up, then alternate the
+    # two so that a busy moment slows both, best of 10 each.
+    times: dict = {bf16_call: [], fp32_call: []}
+    for _ in range(3):
+        bf16_call(), fp32_call()
+    for i in range(20):
+        fn = (bf16_call, fp32_call)[i % 2]
+        start = time.perf_counter()
+        fn()
+        times[fn].append(time.perf_counter() - start)
+    bf16, fp32 = min(times[bf16_call]), min(times[fp32_call])
     chosen = fp32 < 0.9 * bf16
     log.info("prompt-chunk GEMMs in %s on this CPU (bf16 %.2f ms, fp32 with widening %.2f ms per 128x768x2048)",
              "fp32" if chosen else "bf16", bf16 * 1e3, fp32 * 1e3)

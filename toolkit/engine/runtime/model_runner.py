@@ -109,11 +109,15 @@ class _Smoothed:
 class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu", fp8_kernel: str = "auto",
-                 native: bool = True):
+                 native: bool = True, prompt_gemm_dtype: str | None = None):
         import torch
+
+        from toolkit.engine.runtime.kernels import set_prompt_gemm_dtype
 
         if device == "cpu":
             torch.set_num_threads(threads or default_threads())
+        if prompt_gemm_dtype is not None:  # the engine build's choice (engine_config.json); None: timed on first use
+            set_prompt_gemm_dtype(prompt_gemm_dtype)
         self.device = device
         self.dtype = resolve_dtype(dtype, device)
         ckpt = load_checkpoint(checkpoint_dir)
@@ -154,6 +158,18 @@ class ModelRunner:
         formats = {lin.weight_format for layer in self.layers
                    for lin in (*self._linears(layer),)}
         return "+".join(sorted(formats))
+
+    @property
+    def prompt_gemm_dtype(self) -> str:
+        """What prompt chunks' dense GEMMs compute in: a bf16 runner's in fp32 on a CPU where that is faster
+        (kernels.prefill_in_fp32, timed once per process), else the runner's dtype."""
+        import torch
+
+        from toolkit.engine.runtime.kernels import prefill_in_fp32
+
+        if self.dtype == torch.bfloat16 and torch.device(self.device).type == "cpu" and prefill_in_fp32():
+            return "float32"
+        return str(self.dtype).replace("torch.", "")
 
     @property
     def step_kernels(self) -> str:
