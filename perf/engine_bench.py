@@ -441,9 +441,7 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
         errors = " / ".join(f"{(r['planner_ms'][b] / itl[b] - 1) * 100:+.0f}" for b in batches)
         peer = [f"{k} {peers[k]['itl_ms']:.2f} (x{itl[batches[0]] / peers[k]['itl_ms']:.2f})"
                 for k in PEER_FOR[q] if k in peers]
-        batched = [f"{k} " + ", ".join(f"B={b} {v['tok_s']:.0f} (x{b / itl[b] * 1e3 / v['tok_s']:.2f})"
-                                       for b, v in sorted(peers[k]["batched"].items()) if b in itl and b > 1)
-                   for k in PEER_FOR[q] if k in peers and peers[k].get("batched")]
+        batched = [f"{k} {_tok_s_ratios(peers[k]['batched'], itl)}" for k in PEER_FOR[q] if k in peers and peers[k].get("batched")]
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
                      + " | ".join(f"{itl[b]:.2f}" for b in batches)
                      + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq"
@@ -454,11 +452,16 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
     return "\n".join(lines)
 
 
+def _tok_s_ratios(batched: dict, itl: dict) -> str:
+    """A peer's tokens/s at each B > 1 we measured too, with ours over theirs."""
+    return ", ".join(f"B={b} {v['tok_s']:.0f} (x{b / itl[b] * 1e3 / v['tok_s']:.2f})"
+                     for b, v in sorted(batched.items()) if b in itl and b > 1)
+
+
 def _openvino_cell(ov: dict | None, kind: str, itl: dict, batches: list[int]) -> str:
     if not ov:
         return "-"
-    batched = ", ".join(f"B={b} {v['tok_s']:.0f} (x{b / itl[b] * 1e3 / v['tok_s']:.2f})"
-                        for b, v in sorted(ov["batched"].items()) if b in itl)
+    batched = _tok_s_ratios(ov["batched"], itl)
     return (f"{kind}: {ov['ttft_ms']:.1f}, {ov['itl_ms']:.2f} (x{itl[batches[0]] / ov['itl_ms']:.2f})"
             + (f", {batched}" if batched else ""))
 

@@ -140,23 +140,25 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
     return rates
 
 
+def _gemv_bytes_s(name: str, mib: int, repeats: int) -> float:
+    """Bytes/s of kernel `name` at batch 1 over one [out, 4096] weight of about `mib` MiB, called again and again."""
+    import torch
+
+    nbytes, dtype, fn = _kernel(name, int(mib * 2**20 / (4096 * _WEIGHT_BYTES[name])) // 128 * 128, 4096)
+    x = torch.randn(1, 4096, dtype=dtype)
+    return nbytes / _best_seconds(lambda: fn(x), repeats)
+
+
 def _probe_round(stream_mib: int, repeats: int) -> dict:
     import torch
 
     figures = {}
-    # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1.
+    # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1; and over a working set
+    # a large last-level cache holds, re-read (a compute-bound kernel, int4 here, runs no faster there; a
+    # memory-bound one, INT8-SQ's, up to 2x on a 260 MiB-L3 Xeon).
     for name in KERNELS:
-        out_features = int(stream_mib * 2**20 / (4096 * _WEIGHT_BYTES[name])) // 128 * 128
-        nbytes, dtype, fn = _kernel(name, out_features, 4096)
-        x = torch.randn(1, 4096, dtype=dtype)
-        figures[f"gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
-        del fn
-        # ... and over a working set a large last-level cache holds, re-read (a compute-bound kernel, int4 here, runs
-        # no faster there; a memory-bound one, INT8-SQ's, up to 2x on a 260 MiB-L3 Xeon)
-        out_features = int(CACHED_MIB * 2**20 / (4096 * _WEIGHT_BYTES[name])) // 128 * 128
-        nbytes, dtype, fn = _kernel(name, out_features, 4096)
-        figures[f"cached_gemv_bytes_s_{name}"] = nbytes / _best_seconds(lambda: fn(x), repeats)
-        del fn
+        figures[f"gemv_bytes_s_{name}"] = _gemv_bytes_s(name, stream_mib, repeats)
+        figures[f"cached_gemv_bytes_s_{name}"] = _gemv_bytes_s(name, CACHED_MIB, repeats)
     # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
     # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
     # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
@@ -175,14 +177,13 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         figures.update({f"cached_decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
-    stream = torch.rand(2**18).repeat(max(1, int(stream_mib * 2**20 // 4) // 2**18))
-    figures["read_bytes_s_sum"] = stream.numel() * 4 / _best_seconds(stream.sum, repeats)
-    del stream
-    # The same read over working sets of READ_CURVE_MIB, each summed again and again (as steps re-read weights).
-    buffer = torch.ones(max(READ_CURVE_MIB) * 2**18)
-    for mib in READ_CURVE_MIB:
+    # Summed again and again over working sets of READ_CURVE_MIB (as steps re-read their weights) and stream_mib.
+    sizes = sorted({*READ_CURVE_MIB, stream_mib})
+    buffer = torch.ones(max(sizes) * 2**18)
+    for mib in sizes:
         part = buffer[: mib * 2**18]
         figures[f"read_bytes_s_at_{mib}"] = mib * 2**20 / _best_seconds(part.sum, repeats)
+    figures["read_bytes_s_sum"] = figures[f"read_bytes_s_at_{stream_mib}"]
     del buffer, part
     # Decode attention (the engine's fused kernel): query heads × context tokens per second, 8 sequences of
     # 256 tokens, Llama-like heads (12 query over 4 kv heads of 64) in a paged bf16 cache, one layer's cache

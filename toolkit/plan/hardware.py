@@ -102,27 +102,27 @@ class HardwareSpec:
     def _between_stream_and_cache(self, streamed: float, cached: float, step_bytes: float | None) -> float:
         """A rate probed over the big stream and over the cache-sized working set, taken at `step_bytes` by where
         those bytes fall on the read curve between the two sizes (the streamed rate without a curve or a size)."""
-        curve = self.probe.get("read_curve_bytes_s")
-        if not curve or not step_bytes:
+        if not self.probe.get("read_curve_bytes_s") or not step_bytes:
             return streamed
-        points = [(math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items()]
-        at_stream = _interpolate(points, math.log2(self.probe.get("stream_mib", 128) * 2**20))
-        at_cached = _interpolate(points, math.log2(self.probe.get("cached_mib", 32) * 2**20))
+        at_stream = self._read_rate_at(self.probe.get("stream_mib", 128) * 2**20)
+        at_cached = self._read_rate_at(self.probe.get("cached_mib", 32) * 2**20)
         if at_cached <= at_stream * 1.05:  # no cache to speak of at these sizes
             return streamed
-        share = (_interpolate(points, math.log2(step_bytes)) - at_stream) / (at_cached - at_stream)
+        share = (self._read_rate_at(step_bytes) - at_stream) / (at_cached - at_stream)
         return streamed + (cached - streamed) * min(1.0, max(0.0, share))
+
+    def _read_rate_at(self, nbytes: float) -> float:
+        """The probe's read rate re-reading a working set of `nbytes` (its curve, interpolated in log size)."""
+        curve = self.probe["read_curve_bytes_s"]
+        return _interpolate([(math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items()], math.log2(nbytes))
 
     def working_set_factor(self, step_bytes: float) -> float:
         """How much faster (or slower) than the probed streaming rates a step reads `step_bytes` that it re-reads
         every step: on the CPU the probed read rate at that working set over the rate at the probe's stream
         size (interpolated in log size; above 1 where the bytes fit in the last-level cache); elsewhere 1."""
-        curve = self.probe.get("read_curve_bytes_s") if self.kind == "cpu" else None
-        if not curve or step_bytes <= 0:
+        if self.kind != "cpu" or not self.probe.get("read_curve_bytes_s") or step_bytes <= 0:
             return 1.0
-        points = [(math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items()]
-        stream_bytes = self.probe.get("stream_mib", 128) * 2**20
-        return _interpolate(points, math.log2(step_bytes)) / _interpolate(points, math.log2(stream_bytes))
+        return self._read_rate_at(step_bytes) / self._read_rate_at(self.probe.get("stream_mib", 128) * 2**20)
 
     def crossover(self, weights: str = "bf16") -> float:
         """FLOP per byte above which a kernel is compute-bound here (the roofline's ridge)."""
