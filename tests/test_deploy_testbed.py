@@ -101,6 +101,9 @@ def test_prometheus_ran_the_rule_file_deploy_emitted(testbed_run):
     assert (out / "timeline.png").stat().st_size > 10_000
 
 
+STREAM_TOKENS = 140  # with the 14-token prompt, within the engine's max_seq_len of 160
+
+
 def _stream(url: str, tokens: int, out: list) -> None:
     body = {"text_input": "Drain me gently, please.", "max_tokens": tokens, "stream": True, "ignore_eos": True}
     count, error = 0, None
@@ -145,18 +148,20 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         assert controller.wait_for(2, 180)
         first, second = sorted(controller.ready.values(), key=lambda r: r.started)
         results: list = []
-        threads = [threading.Thread(target=_stream, args=(haproxy.url, 120, results)) for _ in range(6)]
+        # The cluster pod's preStop script, against this replica's metrics: it must hold until the
+        # engine's in-flight gauge reads 0.
+        script = tmp_path / "drain.py"
+        script.write_text(drain_script(second.handle.metrics_port, endpoint_settle_s=0))
+        # As long as max_seq_len allows (3 per replica take 3 x 10 of the 32 KV blocks): on a fast
+        # CPU, 120-token streams ended before the drain began, and a drain of nothing proves nothing.
+        threads = [threading.Thread(target=_stream, args=(haproxy.url, STREAM_TOKENS, results)) for _ in range(6)]
         for thread in threads:
             thread.start()
         deadline = time.time() + 30
         while time.time() < deadline and not (in_flight(first) and in_flight(second)):
             time.sleep(0.05)
-        # The cluster pod's preStop script, against this replica's metrics: it must hold until the
-        # engine's in-flight gauge reads 0.
-        script = tmp_path / "drain.py"
-        script.write_text(drain_script(second.handle.metrics_port, endpoint_settle_s=0))
+        controller.remove_replica()  # the newest: `second`; before the script starts, as the streams end quickly
         pre_stop = subprocess.Popen([sys.executable, str(script), "60"])
-        controller.remove_replica()  # the newest: `second`
         idle_at = None
         while pre_stop.poll() is None:
             if idle_at is None and in_flight(second) == 0:
@@ -174,7 +179,7 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         for thread in list(controller._threads):
             thread.join(90)
         assert pre_stop.returncode == 0 and idle_at is not None and script_done >= idle_at - 1.5
-        assert sorted(results) == [(120, None)] * 6
+        assert sorted(results) == [(STREAM_TOKENS, None)] * 6
         assert after == [(4, None)]
         drained = controller.drained[0]
         assert drained["replica"] == second.name and drained["in_flight_at_drain"] > 0
