@@ -199,8 +199,10 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     from toolkit.engine.runtime import kernels as linear_kernels
 
     calls = []
+    has_amx = kernels.has_amx
+    monkeypatch.setattr(kernels, "has_amx", False)  # the AVX-512 paths first (what a CPU without AMX runs)
     for name in ("gemm_bf16", "gemm_int8", "gemm_int8_vnni", "quantize_int8", "gemm_int4", "unpack_int4", "gemm_fp8",
-                 "widen_fp8"):
+                 "widen_fp8", "gemm_bf16_amx", "gemm_int8_amx"):
         if not hasattr(kernels, name):
             continue
         original = getattr(kernels, name)
@@ -221,6 +223,14 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
         cases += [(dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS, []),
                   (int4, "gemm_int4", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4"]),
                   (fp8, "gemm_fp8", linear_kernels.NATIVE_FP8_ROWS, ["widen_fp8"])]
+    if has_amx:  # with AMX, bf16 and INT8-SQ on its tiles at every row count, decode and prefill alike
+        monkeypatch.setattr(kernels, "has_amx", True)
+        amx_dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)
+        amx_int8 = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
+                                             torch.bfloat16, "int8", torch.tensor(0.02), native=kernels)
+        assert amx_dense.weight is None and amx_int8.weight is None  # the weights live in tiles only
+        cases += [(amx_dense, "gemm_bf16_amx", 1, ["gemm_bf16_amx"]), (amx_dense, "gemm_bf16_amx", 200, ["gemm_bf16_amx"]),
+                  (amx_int8, "gemm_int8_amx", 1, ["gemm_int8_amx"]), (amx_int8, "gemm_int8_amx", 200, ["gemm_int8_amx"])]
     for linear, name, small, above in cases:
         calls.clear()
         linear(torch.randn(small, 768).to(torch.bfloat16))
@@ -228,6 +238,51 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
         calls.clear()
         linear(torch.randn(small + 1, 768).to(torch.bfloat16))
         assert calls == above
+
+
+def _need_amx(kernels):
+    if not kernels.has_amx:
+        pytest.skip("this CPU (or its OS) has no AMX tiles: bf16 and INT8-SQ stay on the AVX-512 kernels")
+
+
+@pytest.mark.parametrize("shape", [(48, 64), (1280, 768), (96, 2048)])
+def test_amx_tiles_round_trip_and_the_bf16_gemm_equals_an_fp32_reference(kernels, shape):
+    """Weights packed into AMX tiles unpack to themselves; the tile GEMM at decode and prompt row counts (a partial
+    16-row chunk included) equals x @ w.T in fp32, rounded once to bf16 (up to the summation order)."""
+    import torch
+
+    _need_amx(kernels)
+    n, k = shape
+    gen = torch.Generator().manual_seed(n + k)
+    w = (torch.randn(n, k, generator=gen) * 0.05).to(torch.bfloat16)
+    packed = kernels.pack_amx(w, "bf16")
+    assert torch.equal(kernels.unpack_amx(packed, n, k, torch.bfloat16), w)
+    for rows in (1, 5, 16, 17, 40):
+        x = torch.randn(rows, k, generator=gen).to(torch.bfloat16)
+        exact = x.float() @ w.float().t()
+        got = kernels.gemm_bf16_amx(x, packed, n)
+        assert got.shape == (rows, n) and got.dtype == torch.bfloat16
+        assert ((got.float() - exact).abs() <= 2 ** -8 * exact.abs() + 1e-4 * exact.abs().max()).all()
+
+
+@pytest.mark.parametrize("in_features", [768, 200])
+def test_int8_sq_on_amx_equals_the_vnni_kernel_bit_for_bit(kernels, in_features):
+    """INT8-SQ on AMX tiles (K padded to 64 with zero weights) sums the same integers as the VNNI kernel and scales
+    them in its order: outputs equal at every row count, in both activation dtypes."""
+    import torch
+
+    _need_amx(kernels)
+    gen = torch.Generator().manual_seed(in_features)
+    w = torch.randint(-127, 128, (96, in_features), generator=gen, dtype=torch.int8)
+    scale = torch.rand(96, generator=gen) * 0.01
+    packed = kernels.pack_amx(w, "int8")
+    assert torch.equal(kernels.unpack_amx(packed, 96, in_features, torch.int8), w)
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows in (1, 3, 16, 17, 40):
+            x = (torch.randn(rows, in_features, generator=gen) * 2).to(dtype)
+            x[0, :2] = torch.tensor([1e4, -1e4])
+            vnni = kernels.gemm_int8_vnni(x, w, scale, w.sum(dim=1, dtype=torch.int32), 0.02)
+            assert torch.equal(kernels.gemm_int8_amx(x, packed, scale, 96, 0.02), vnni)
 
 
 @pytest.mark.parametrize("act_quant", ["int8", "fp8"])
@@ -297,7 +352,8 @@ def test_int8_sq_gemm_on_vnni_is_exact_in_integers(kernels, rows, in_features):
         assert ((got.double() - exact).abs() <= rel * exact.abs() + 1e-6).all()
 
 
-def test_int8_sq_prompt_rows_equal_the_decode_kernel_bit_for_bit(kernels):
+@pytest.mark.parametrize("amx", [False, True])
+def test_int8_sq_prompt_rows_equal_the_decode_kernel_bit_for_bit(kernels, amx, monkeypatch):
     """INT8-SQ above the decode kernel's rows (prompt chunks, mixed steps): the same int8 activations on an int8 x
     int8 GEMM, scaled in the same order, so each row's output equals the decode kernel's for that row alone."""
     import torch
@@ -306,6 +362,9 @@ def test_int8_sq_prompt_rows_equal_the_decode_kernel_bit_for_bit(kernels):
 
     if not kernels.has_int8_vnni:
         pytest.skip("this CPU has no AVX512-VNNI: INT8-SQ stays on the widening kernel")
+    if amx:
+        _need_amx(kernels)
+    monkeypatch.setattr(kernels, "has_amx", amx)
     gen = torch.Generator().manual_seed(5)
     w = torch.randint(-127, 128, (96, 200), generator=gen, dtype=torch.int8)
     linear = linear_kernels.Int8Linear(w, torch.rand(96, generator=gen) * 0.01, torch.bfloat16, "int8",

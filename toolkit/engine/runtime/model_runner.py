@@ -176,7 +176,9 @@ class ModelRunner:
         """What runs between the GEMMs: the fused C kernels, or torch ops where those could not be built."""
         if self.native is None:
             return "torch ops"
+        amx = [lin.weight_format for layer in self.layers for lin in self._linears(layer) if getattr(lin, "amx", False)]
         return ("fused C (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)"
+                + (f"; {sorted(set(amx))[0]} GEMMs on AMX tiles at every row count" if amx else "")
                 + (f"; decode steps of up to {self.decoder.max_rows} sequences in one C call" if self.decoder else ""))
 
     def _native_decoder(self):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import platform
 from dataclasses import dataclass
 from importlib import resources
@@ -26,7 +27,9 @@ _FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 SOURCES = ("decode_kernels.c", "decode_step.c")
-LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8 = 0, 1, 2, 3, 4
+LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX = 0, 1, 2, 3, 4, 5, 6
+# AMX tiles (csrc/decode_kernels.c): 16 outputs x one K slice of this many values, 1 KiB each
+AMX_K_STEP = {"bf16": 32, "int8": 64}
 
 
 class _LinearDesc(ctypes.Structure):
@@ -157,6 +160,14 @@ class NativeKernels:
         library.widen_fp8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
         library.round_activations.restype = library.widen_int8.restype = None
         library.gemm_fp8.restype = library.widen_fp8.restype = None
+        library.amx_enable.restype = c.c_int
+        # compiled with AMX and the OS granted the tile state; TOOLKIT_AMX=0 keeps the AVX-512 kernels (for A/B)
+        self.has_amx = os.environ.get("TOOLKIT_AMX", "1") != "0" and bool(library.amx_enable())
+        if self.has_amx:
+            library.gemm_bf16_amx.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_int, c.c_void_p]
+            library.gemm_int8_amx.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p,
+                                              c.c_int, c.c_float]
+            library.gemm_bf16_amx.restype = library.gemm_int8_amx.restype = None
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
         if self.has_int8_vnni:
@@ -293,6 +304,55 @@ class NativeKernels:
         self._lib.quantize_int8(x.data_ptr(), x.shape[0], x.shape[1], ACTIVATION_KINDS[str(x.dtype)], input_scale,
                                 out.data_ptr())
         return out
+
+    # --- AMX tiles (only where has_amx) -----------------------------------------------------------------
+
+    def amx_packable(self, weight, kind: str) -> bool:
+        """Whether weight [N, K] ("bf16" or "int8") fits the AMX kernels: N a multiple of 16, K of the tile's slice
+        (int8: of 4, the rest padded)."""
+        n, k = weight.shape
+        return self.has_amx and n % 16 == 0 and k % (AMX_K_STEP[kind] if kind == "bf16" else 4) == 0
+
+    @staticmethod
+    def pack_amx(weight, kind: str):
+        """bf16 or int8 [N, K] → uint8 tiles [N/16, K/step, 16, 64] as the tile loads read them: row r of a tile
+        holds, for each of its 16 outputs, the 4 bytes of weights k = 4r/size.. of its K slice (int8 K zero-padded
+        to a multiple of 64)."""
+        import torch
+
+        n, k = weight.shape
+        step = AMX_K_STEP[kind]
+        padded = torch.nn.functional.pad(weight, (0, -k % step)) if kind == "int8" else weight
+        words = padded.contiguous().view(torch.int32).reshape(n // 16, 16, padded.shape[1] // step, 16)
+        return words.permute(0, 2, 3, 1).contiguous().view(torch.uint8)
+
+    @staticmethod
+    def unpack_amx(packed, n: int, k: int, dtype):
+        """pack_amx's inverse: [N, K] in dtype (bf16 or int8), for the prompt GEMMs."""
+        import torch
+
+        nb, kt = packed.shape[0], packed.shape[1]
+        words = packed.view(torch.int32).reshape(nb, kt, 16, 16).permute(0, 3, 1, 2).reshape(n, -1)
+        return words.contiguous().view(dtype)[:, :k]
+
+    def gemm_bf16_amx(self, x, packed, n: int):
+        """x bf16 [M, K] times pack_amx'd bf16 weights [n, K] → bf16 [M, n]."""
+        import torch
+
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
+        self._lib.gemm_bf16_amx(x.data_ptr(), x.shape[0], x.shape[1], packed.data_ptr(), n, y.data_ptr())
+        return y
+
+    def gemm_int8_amx(self, x, packed, scale, n: int, input_scale: float):
+        """INT8-SQ as gemm_int8_vnni computes it, bit for bit, on pack_amx'd int8 weights [n, K]."""
+        import torch
+
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], n, dtype=x.dtype)
+        self._lib.gemm_int8_amx(x.data_ptr(), x.shape[0], x.shape[1], packed.data_ptr(), scale.data_ptr(), n, y.data_ptr(),
+                                ACTIVATION_KINDS[str(x.dtype)], input_scale)
+        return y
 
     def gemm_bf16(self, x, weight):
         """x bf16 [M, K], weight bf16 [N, K] (only where has_bf16_gemm)."""

@@ -1127,3 +1127,132 @@ int gemm_int8_vnni_available(void) {
     return 0;
 #endif
 }
+
+/* AMX (Sapphire Rapids and later): the few-row bf16 and int8 GEMMs on tile dot products. At 16 rows the
+ * AVX512-BF16 kernel above is compute-bound (each weight pair costs one dot-product lane per row), while one
+ * TDPBF16PS multiplies a 16 x 32 slice of the activations by a 32 x 16 tile of weights in ~16 cycles: the step
+ * stays at the weights' read rate up to 16 rows, as it does on a GPU's tensor cores up to its ridge.
+ *
+ * Weights are packed once (native_kernels.pack_amx) as the tile unit reads them: [N/16][K/kstep][16][64 bytes],
+ * where for outputs n0..n0+15 and a K slice of kstep (32 bf16, 64 int8), row r of a tile holds, per output,
+ * the 2 (bf16) or 4 (int8) consecutive k at 2r / 4r: TDPBF16PS / TDPBSSD's "VNNI" layout. 1 KiB per tile,
+ * streamed in order. Each thread takes 4 output tiles (64 outputs) at a time: 4 accumulator tiles, one tile
+ * for the activations, two for weights (8 in all). The OS must grant the tile state first (amx_enable). */
+#if defined(HAVE_GEMM_INT8_VNNI) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)
+#define HAVE_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int amx_enable(void) { /* Linux: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; 0 where the kernel refuses */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config_t;
+
+/* Tiles 0-3 accumulators, 4 activations: M rows; 5-6 weights: 16 rows. Loaded at every call: other code in the
+ * thread (oneDNN's AMX GEMMs in torch) loads its own configuration, and tile instructions under a configuration
+ * they do not fit fault (SIGILL). */
+static void amx_configure(int M, int *current) {
+    if (*current == M) return;
+    tile_config_t c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 7; t++) {
+        c.rows[t] = (uint8_t)(t < 5 ? M : 16);
+        c.colsb[t] = 64;
+    }
+    _tile_loadconfig(&c);
+    *current = M;
+}
+
+/* acc [M, N] (fp32 for bf16, int32 for int8: 4 bytes either way) = x [M, K] (row stride lda bytes) times the
+ * packed weights; kt tiles of K. Per 4 output tiles, rows in chunks of 16: the first chunk streams those tiles'
+ * weights from memory, later chunks (prompt rows) find them in L2 (kt x 4 KiB), so one kernel serves decode and
+ * prefill. */
+static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_t *wp, int N, void *acc, int is_int8) {
+    const int nb = N / 16;
+    const int64_t stream = (int64_t)kt * 1024; /* from one output tile's weights to the next's */
+    #pragma omp parallel
+    {
+        int32_t c[16 * 16] __attribute__((aligned(64)));
+        int configured = -1;
+        #pragma omp for schedule(static)
+        for (int g = 0; g < (nb + 3) / 4; g++) {
+            const int j0 = g * 4, count = nb - j0 < 4 ? nb - j0 : 4;
+            const uint8_t *w0 = wp + (int64_t)j0 * stream;
+            for (int64_t m0 = 0; m0 < M; m0 += 16) {
+                const int rows = (int)(M - m0 < 16 ? M - m0 : 16);
+                const char *xm = (const char *)x + m0 * lda;
+                amx_configure(rows, &configured);
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int k = 0; k < kt; k++) {
+                    _tile_loadd(4, xm + (int64_t)k * 64, lda);
+                    const uint8_t *t = w0 + (int64_t)k * 1024;
+                    if (m0 == 0)
+                        for (int j = 0; j < count; j++)
+                            for (int p = 0; p < 1024; p += 64)
+                                _mm_prefetch((const char *)t + j * stream + 4096 + p, _MM_HINT_T0);
+#define AMX_DOT(C, B, at)          \
+    _tile_loadd(B, t + (at), 64);  \
+    if (is_int8) _tile_dpbssd(C, 4, B); \
+    else _tile_dpbf16ps(C, 4, B);
+                    AMX_DOT(0, 5, 0)
+                    if (count > 1) { AMX_DOT(1, 6, stream) }
+                    if (count > 2) { AMX_DOT(2, 5, 2 * stream) }
+                    if (count > 3) { AMX_DOT(3, 6, 3 * stream) }
+#undef AMX_DOT
+                }
+                for (int j = 0; j < count; j++) {
+                    if (j == 0) _tile_stored(0, c, 64);
+                    else if (j == 1) _tile_stored(1, c, 64);
+                    else if (j == 2) _tile_stored(2, c, 64);
+                    else _tile_stored(3, c, 64);
+                    for (int m = 0; m < rows; m++)
+                        _mm512_storeu_si512((int32_t *)acc + (m0 + m) * N + (j0 + j) * 16, _mm512_load_si512(c + m * 16));
+                }
+            }
+        }
+    }
+}
+
+/* x [M, K] bf16, w packed (32 k per tile), y [M, N] bf16. */
+void gemm_bf16_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, int N, uint16_t *y) {
+    float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
+    amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, acc, 0);
+    #pragma omp parallel for schedule(static) if (M >= 32)
+    for (int64_t m = 0; m < M; m++)
+        for (int n = 0; n < N; n += 16)
+            _mm256_storeu_si256((__m256i *)(y + m * N + n), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(acc + m * N + n)));
+    free(acc);
+}
+
+/* INT8-SQ: x rounded to int8 at input_scale as gemm_int8_vnni rounds it, then signed x signed (TDPBSSD), exact in
+ * int32 as the VNNI kernel's sums, scaled in its order: the same output, bit for bit. w packed (64 k per tile; K
+ * padded with zero weights to a multiple of 64). */
+void gemm_int8_amx(const void *x, int64_t M, int K, const uint8_t *w, const float *scale, int N, void *y, int kind,
+                   float input_scale) {
+    const int kpad = (K + 63) / 64 * 64;
+    uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
+    int32_t *acc = (int32_t *)aligned_alloc(64, (size_t)M * N * 4);
+    quantize_rows(x, M, K, kpad, kind, input_scale, 0, xq);
+    amx_gemm(xq, M, kpad, kpad / 64, w, N, acc, 1);
+    #pragma omp parallel for schedule(static) if (M >= 32)
+    for (int64_t m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            float v = (float)acc[m * N + n] * input_scale * scale[n];
+            if (kind == F32) ((float *)y)[m * N + n] = v;
+            else ((uint16_t *)y)[m * N + n] = f32_to_bf16(v);
+        }
+    free(acc);
+    free(xq);
+}
+#else
+int amx_enable(void) { return 0; }
+#endif

@@ -12,12 +12,12 @@
  * x rounded to the activation format ModelOpt calibrated happens inside the int8 GEMMs, and here for int4.
  */
 
-enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4 };
+enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4, LIN_BF16_AMX = 5, LIN_INT8_AMX = 6 };
 
 typedef struct {
     int32_t kind, n, k, group, act_quant;
     float input_scale;
-    const void *weight;
+    const void *weight;          /* LIN_*_AMX: in tiles (native_kernels.pack_amx) */
     const float *scale;          /* int8, fp8: per output row; int4: [n, k / group] */
     const int32_t *weight_sums;  /* LIN_INT8_VNNI: sum of each output row's int8 weights */
     const void *smooth;          /* AWQ / SmoothQuant pre_quant_scale multiplied into the input, or NULL */
@@ -39,6 +39,9 @@ typedef struct {
 } model_t;
 
 static int decode_kind_supported(int kind) { /* what decode_layers checks before writing anything */
+#if defined(HAVE_AMX)
+    if (kind == LIN_BF16_AMX || kind == LIN_INT8_AMX) return 1;
+#endif
 #if defined(HAVE_GEMM_INT8_VNNI)
     if (kind == LIN_INT8_VNNI) return 1;
 #endif
@@ -80,6 +83,12 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         gemm_fp8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->n, (uint16_t *)y, l->act_quant,
                  l->input_scale);
         break;
+#if defined(HAVE_AMX)
+    case LIN_BF16_AMX: gemm_bf16_amx((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->n, (uint16_t *)y); break;
+    case LIN_INT8_AMX:
+        gemm_int8_amx(x, M, l->k, (const uint8_t *)l->weight, l->scale, l->n, y, act, l->input_scale);
+        break;
+#endif
 #if defined(HAVE_GEMM_INT8_VNNI)
     case LIN_INT8_VNNI:
         gemm_int8_vnni(x, M, l->k, (const int8_t *)l->weight, l->scale, l->weight_sums, l->n, y, act, l->input_scale);
