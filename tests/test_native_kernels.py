@@ -265,6 +265,27 @@ def test_amx_tiles_round_trip_and_the_bf16_gemm_equals_an_fp32_reference(kernels
         assert ((got.float() - exact).abs() <= 2 ** -8 * exact.abs() + 1e-4 * exact.abs().max()).all()
 
 
+@pytest.mark.parametrize("act_quant", [None, "fp8"])
+def test_fp8_on_amx_equals_the_avx512_fp8_gemm(kernels, act_quant):
+    """FP8 on AMX: the fp8 tiles widened by the AVX-512 kernel's shift, the activations rounded and shifted as there:
+    the same products, so the outputs agree up to the summation order, at decode and prompt row counts."""
+    import torch
+
+    _need_amx(kernels)
+    if not kernels.has_bf16_gemm:
+        pytest.skip("this CPU has no AVX512-BF16 for the reference fp8 kernel")
+    gen = torch.Generator().manual_seed(17)
+    w = (torch.randn(96, 768, generator=gen) * 0.05).to(torch.float8_e4m3fn)
+    scale = torch.rand(96, generator=gen) * 0.1 + 0.01
+    packed = kernels.pack_amx(w, "fp8")
+    assert torch.equal(kernels.unpack_amx(packed, 96, 768, torch.float8_e4m3fn).view(torch.uint8), w.view(torch.uint8))
+    for rows in (1, 3, 16, 17, 40):
+        x = (torch.randn(rows, 768, generator=gen) * 2).to(torch.bfloat16)
+        reference = kernels.gemm_fp8(x, kernels.pack_fp8(w), scale, act_quant, 0.01).float()
+        got = kernels.gemm_fp8_amx(x, packed, scale, 96, act_quant, 0.01).float()
+        assert ((got - reference).abs() <= 2 ** -7 * reference.abs() + 1e-3 * reference.abs().max()).all()
+
+
 @pytest.mark.parametrize("in_features", [768, 200])
 def test_int8_sq_on_amx_equals_the_vnni_kernel_bit_for_bit(kernels, in_features):
     """INT8-SQ on AMX tiles (K padded to 64 with zero weights) sums the same integers as the VNNI kernel and scales

@@ -9,7 +9,8 @@
          the CPU has them, else on VNNI for decode and `torch._int_mm` above (all exact in integers: the same
          output on every path); the C widening GEMM where the CPU lacks VNNI;
          `torch._weight_int8pack_mm` / widened above
-  fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; on the CPU (whose fp8
+  fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; with AMX, widened tile by tile
+         into bf16 tiles at every row count; else on the CPU (whose fp8
          GEMM is a slow reference path in torch 2.13) ModelOpt's fp8 bytes as they are, turned into bf16 by a
          shift in the C GEMM (AVX512-BF16 dot products, exact but for fp8 subnormals, which count as zero),
          prefill widened to bf16; without AVX512-BF16 re-quantized to int8 per channel (stated once) on the
@@ -376,7 +377,11 @@ class Fp8Linear(Linear):
         self.native = native if self.native_ready(native, dtype, values) else None
         self.use_scaled_mm = use_scaled_mm and act_quant == "fp8" and self.native is None
         self.one = torch.ones((), device=values.device)
-        if self.native is not None:
+        self.amx = self.native is not None and _amx_ready(self.native, values, "fp8")
+        if self.amx:  # in AMX tiles only, at every row count
+            self.weight = self.native.pack_amx(values, "fp8")
+            self.weight_format = "fp8" + ("-a8" if act_quant else "")
+        elif self.native is not None:
             self.weight = self.native.pack_fp8(values)
             self.weight_format = "fp8" + ("-a8" if act_quant else "")
         else:
@@ -397,6 +402,10 @@ class Fp8Linear(Linear):
 
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
+        if self.amx:
+            y = self.native.gemm_fp8_amx(x2, self.weight, self.row_scales, self.out_features, self.act_quant,
+                                         self.input_scale_value)
+            return y.reshape(*shape[:-1], self.out_features)
         if self.native is not None:
             if x2.shape[0] <= NATIVE_FP8_ROWS:
                 y = self.native.gemm_fp8(x2, self.weight, self.row_scales, self.act_quant, self.input_scale_value)
@@ -413,10 +422,13 @@ class Fp8Linear(Linear):
         return (y * self.row_scales).to(x.dtype).reshape(*shape[:-1], self.weight.shape[0])
 
     def native_linear(self):
-        from toolkit.engine.runtime.native_kernels import LIN_FP8, NativeLinear
+        from toolkit.engine.runtime.native_kernels import LIN_FP8, LIN_FP8_AMX, NativeLinear
 
         if self.native is None:
             return None
+        if self.amx:
+            return NativeLinear(LIN_FP8_AMX, self.weight, self.out_features, self.in_features, AMX_ROWS, self.row_scales,
+                                act_quant=self.act_quant, input_scale=self.input_scale_value)
         return NativeLinear(LIN_FP8, self.weight, self.out_features, self.in_features, NATIVE_FP8_ROWS, self.row_scales,
                             act_quant=self.act_quant, input_scale=self.input_scale_value)
 

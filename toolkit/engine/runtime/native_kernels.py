@@ -27,9 +27,9 @@ _FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 SOURCES = ("decode_kernels.c", "decode_step.c")
-LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX = 0, 1, 2, 3, 4, 5, 6
+LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX = 0, 1, 2, 3, 4, 5, 6, 7
 # AMX tiles (csrc/decode_kernels.c): 16 outputs x one K slice of this many values, 1 KiB each
-AMX_K_STEP = {"bf16": 32, "int8": 64}
+AMX_K_STEP = {"bf16": 32, "int8": 64, "fp8": 32}
 
 
 class _LinearDesc(ctypes.Structure):
@@ -167,7 +167,9 @@ class NativeKernels:
             library.gemm_bf16_amx.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_int, c.c_void_p]
             library.gemm_int8_amx.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p,
                                               c.c_int, c.c_float]
-            library.gemm_bf16_amx.restype = library.gemm_int8_amx.restype = None
+            library.gemm_fp8_amx.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p,
+                                             c.c_int, c.c_float]
+            library.gemm_bf16_amx.restype = library.gemm_int8_amx.restype = library.gemm_fp8_amx.restype = None
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
         if self.has_int8_vnni:
@@ -308,31 +310,33 @@ class NativeKernels:
     # --- AMX tiles (only where has_amx) -----------------------------------------------------------------
 
     def amx_packable(self, weight, kind: str) -> bool:
-        """Whether weight [N, K] ("bf16" or "int8") fits the AMX kernels: N a multiple of 16, K of the tile's slice
-        (int8: of 4, the rest padded)."""
+        """Whether weight [N, K] ("bf16", "int8", "fp8") fits the AMX kernels: N a multiple of 16, K of the tile's K
+        slice (int8: any, zero-padded)."""
         n, k = weight.shape
-        return self.has_amx and n % 16 == 0 and k % (AMX_K_STEP[kind] if kind == "bf16" else 4) == 0
+        return self.has_amx and n % 16 == 0 and (kind == "int8" or k % AMX_K_STEP[kind] == 0)
 
     @staticmethod
     def pack_amx(weight, kind: str):
-        """bf16 or int8 [N, K] → uint8 tiles [N/16, K/step, 16, 64] as the tile loads read them: row r of a tile
-        holds, for each of its 16 outputs, the 4 bytes of weights k = 4r/size.. of its K slice (int8 K zero-padded
-        to a multiple of 64)."""
+        """bf16, int8 or fp8 [N, K] → uint8 tiles [N/16, K/step, 16, 64 (fp8: 32)] as the tile loads read them: row
+        r of a tile holds, for each of its 16 outputs, the weights k = 2r, 2r+1 (bf16, fp8) or 4r..4r+3 (int8) of its
+        K slice (int8 K zero-padded to a multiple of 64)."""
         import torch
 
         n, k = weight.shape
         step = AMX_K_STEP[kind]
         padded = torch.nn.functional.pad(weight, (0, -k % step)) if kind == "int8" else weight
-        words = padded.contiguous().view(torch.int32).reshape(n // 16, 16, padded.shape[1] // step, 16)
+        word = torch.int16 if kind == "fp8" else torch.int32
+        words = padded.contiguous().view(word).reshape(n // 16, 16, padded.shape[1] // step, 16)
         return words.permute(0, 2, 3, 1).contiguous().view(torch.uint8)
 
     @staticmethod
     def unpack_amx(packed, n: int, k: int, dtype):
-        """pack_amx's inverse: [N, K] in dtype (bf16 or int8), for the prompt GEMMs."""
+        """pack_amx's inverse: [N, K] in dtype (bf16, int8 or float8_e4m3fn)."""
         import torch
 
         nb, kt = packed.shape[0], packed.shape[1]
-        words = packed.view(torch.int32).reshape(nb, kt, 16, 16).permute(0, 3, 1, 2).reshape(n, -1)
+        word = torch.int16 if dtype == torch.float8_e4m3fn else torch.int32
+        words = packed.view(word).reshape(nb, kt, 16, 16).permute(0, 3, 1, 2).reshape(n, -1)
         return words.contiguous().view(dtype)[:, :k]
 
     def gemm_bf16_amx(self, x, packed, n: int):
@@ -342,6 +346,17 @@ class NativeKernels:
         x = x.contiguous()
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
         self._lib.gemm_bf16_amx(x.data_ptr(), x.shape[0], x.shape[1], packed.data_ptr(), n, y.data_ptr())
+        return y
+
+    def gemm_fp8_amx(self, x, packed, scale, n: int, act_quant: str | None, input_scale: float):
+        """FP8 as gemm_fp8 computes it (up to the summation order) on pack_amx'd fp8 weights [n, K]: x bf16 [M, K]
+        rounded to act_quant at input_scale, scale fp32 [n] → bf16 [M, n]."""
+        import torch
+
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
+        self._lib.gemm_fp8_amx(x.data_ptr(), x.shape[0], x.shape[1], packed.data_ptr(), scale.data_ptr(), n, y.data_ptr(),
+                               ACT_QUANT[act_quant], input_scale)
         return y
 
     def gemm_int8_amx(self, x, packed, scale, n: int, input_scale: float):

@@ -1169,17 +1169,29 @@ static void amx_configure(int M, int *current) {
     *current = M;
 }
 
-/* acc [M, N] (fp32 for bf16, int32 for int8: 4 bytes either way) = x [M, K] (row stride lda bytes) times the
- * packed weights; kt tiles of K. Per 4 output tiles, rows in chunks of 16: the first chunk streams those tiles'
- * weights from memory, later chunks (prompt rows) find them in L2 (kt x 4 KiB), so one kernel serves decode and
- * prefill. */
-static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_t *wp, int N, void *acc, int is_int8) {
+enum { AMX_BF16 = 0, AMX_INT8 = 1, AMX_FP8 = 2 };
+
+/* An fp8 tile (512 bytes, pack_amx's layout) as the bf16 tile of its values times 2^-120 (gemm_fp8's shift). */
+INLINE void amx_widen_fp8_tile(const uint8_t *src, uint8_t *dst) {
+    for (int i = 0; i < 16; i++) {
+        __m512i words = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + 32 * i))), 8);
+        _mm512_store_si512((void *)(dst + 64 * i), (__m512i)fp8_as_bf16(words));
+    }
+}
+
+/* acc [M, N] (fp32 for bf16 and fp8, int32 for int8: 4 bytes either way) = x [M, K] (row stride lda bytes) times
+ * the packed weights; kt tiles of K. Per 4 output tiles, rows in chunks of 16: the first chunk streams those tiles'
+ * weights from memory (fp8 widened into this thread's kt x 4 KiB of bf16 tiles), later chunks (prompt rows) find
+ * them in L2, so one kernel serves decode and prefill. */
+static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_t *wp, int N, void *acc, int mode) {
     const int nb = N / 16;
-    const int64_t stream = (int64_t)kt * 1024; /* from one output tile's weights to the next's */
+    const int64_t tile_bytes = mode == AMX_FP8 ? 512 : 1024;
+    const int64_t stream = (int64_t)kt * tile_bytes; /* from one output tile's weights to the next's */
     #pragma omp parallel
     {
         int32_t c[16 * 16] __attribute__((aligned(64)));
         int configured = -1;
+        uint8_t *widened = mode == AMX_FP8 ? (uint8_t *)aligned_alloc(64, (size_t)kt * 4 * 1024) : NULL;
         #pragma omp for schedule(static)
         for (int g = 0; g < (nb + 3) / 4; g++) {
             const int j0 = g * 4, count = nb - j0 < 4 ? nb - j0 : 4;
@@ -1194,19 +1206,29 @@ static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_
                 _tile_zero(3);
                 for (int k = 0; k < kt; k++) {
                     _tile_loadd(4, xm + (int64_t)k * 64, lda);
-                    const uint8_t *t = w0 + (int64_t)k * 1024;
-                    if (m0 == 0)
-                        for (int j = 0; j < count; j++)
-                            for (int p = 0; p < 1024; p += 64)
-                                _mm_prefetch((const char *)t + j * stream + 4096 + p, _MM_HINT_T0);
-#define AMX_DOT(C, B, at)          \
-    _tile_loadd(B, t + (at), 64);  \
-    if (is_int8) _tile_dpbssd(C, 4, B); \
+                    const uint8_t *t = w0 + (int64_t)k * tile_bytes;
+                    const uint8_t *b[4];
+                    for (int j = 0; j < count; j++) {
+                        const uint8_t *src = t + j * stream;
+                        if (m0 == 0)
+                            for (int p = 0; p < tile_bytes; p += 64)
+                                _mm_prefetch((const char *)src + 4 * tile_bytes + p, _MM_HINT_T0);
+                        if (mode == AMX_FP8) {
+                            uint8_t *dst = widened + ((int64_t)k * 4 + j) * 1024;
+                            if (m0 == 0) amx_widen_fp8_tile(src, dst);
+                            b[j] = dst;
+                        } else {
+                            b[j] = src;
+                        }
+                    }
+#define AMX_DOT(C, B, j)                                \
+    _tile_loadd(B, b[j], 64);                          \
+    if (mode == AMX_INT8) _tile_dpbssd(C, 4, B);       \
     else _tile_dpbf16ps(C, 4, B);
                     AMX_DOT(0, 5, 0)
-                    if (count > 1) { AMX_DOT(1, 6, stream) }
-                    if (count > 2) { AMX_DOT(2, 5, 2 * stream) }
-                    if (count > 3) { AMX_DOT(3, 6, 3 * stream) }
+                    if (count > 1) { AMX_DOT(1, 6, 1) }
+                    if (count > 2) { AMX_DOT(2, 5, 2) }
+                    if (count > 3) { AMX_DOT(3, 6, 3) }
 #undef AMX_DOT
                 }
                 for (int j = 0; j < count; j++) {
@@ -1219,13 +1241,14 @@ static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_
                 }
             }
         }
+        free(widened);
     }
 }
 
 /* x [M, K] bf16, w packed (32 k per tile), y [M, N] bf16. */
 void gemm_bf16_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, int N, uint16_t *y) {
     float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
-    amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, acc, 0);
+    amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, acc, AMX_BF16);
     #pragma omp parallel for schedule(static) if (M >= 32)
     for (int64_t m = 0; m < M; m++)
         for (int n = 0; n < N; n += 16)
@@ -1242,7 +1265,7 @@ void gemm_int8_amx(const void *x, int64_t M, int K, const uint8_t *w, const floa
     uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
     int32_t *acc = (int32_t *)aligned_alloc(64, (size_t)M * N * 4);
     quantize_rows(x, M, K, kpad, kind, input_scale, 0, xq);
-    amx_gemm(xq, M, kpad, kpad / 64, w, N, acc, 1);
+    amx_gemm(xq, M, kpad, kpad / 64, w, N, acc, AMX_INT8);
     #pragma omp parallel for schedule(static) if (M >= 32)
     for (int64_t m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -1252,6 +1275,23 @@ void gemm_int8_amx(const void *x, int64_t M, int K, const uint8_t *w, const floa
         }
     free(acc);
     free(xq);
+}
+/* FP8: x rounded as calibrated and times 2^64 as gemm_fp8 prepares it, the fp8 tiles widened by its shift: the same
+ * products; y = acc * scale[n] * 2^56 in bf16. w packed (pack_amx "fp8": 32 k per tile, 512 bytes). */
+void gemm_fp8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scale, int N, uint16_t *y,
+                  int act_quant, float input_scale) {
+    float *xf = widen_activations(x, M, K, BF16, act_quant, input_scale);
+    uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
+    float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
+    for (int64_t i = 0; i < M * K; i++) xf[i] *= FP8_ACT_SHIFT;
+    store_row(xs, 0, xf, (int)(M * K), BF16);
+    free(xf);
+    amx_gemm(xs, M, (int64_t)K * 2, K / 32, w, N, acc, AMX_FP8);
+    #pragma omp parallel for schedule(static) if (M >= 32)
+    for (int64_t m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) y[m * N + n] = f32_to_bf16(acc[m * N + n] * (scale[n] * FP8_OUT_SHIFT));
+    free(acc);
+    free(xs);
 }
 #else
 int amx_enable(void) { return 0; }

@@ -12,7 +12,7 @@
  * x rounded to the activation format ModelOpt calibrated happens inside the int8 GEMMs, and here for int4.
  */
 
-enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4, LIN_BF16_AMX = 5, LIN_INT8_AMX = 6 };
+enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4, LIN_BF16_AMX = 5, LIN_INT8_AMX = 6, LIN_FP8_AMX = 7 };
 
 typedef struct {
     int32_t kind, n, k, group, act_quant;
@@ -40,7 +40,7 @@ typedef struct {
 
 static int decode_kind_supported(int kind) { /* what decode_layers checks before writing anything */
 #if defined(HAVE_AMX)
-    if (kind == LIN_BF16_AMX || kind == LIN_INT8_AMX) return 1;
+    if (kind == LIN_BF16_AMX || kind == LIN_INT8_AMX || kind == LIN_FP8_AMX) return 1;
 #endif
 #if defined(HAVE_GEMM_INT8_VNNI)
     if (kind == LIN_INT8_VNNI) return 1;
@@ -87,6 +87,10 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
     case LIN_BF16_AMX: gemm_bf16_amx((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->n, (uint16_t *)y); break;
     case LIN_INT8_AMX:
         gemm_int8_amx(x, M, l->k, (const uint8_t *)l->weight, l->scale, l->n, y, act, l->input_scale);
+        break;
+    case LIN_FP8_AMX:
+        gemm_fp8_amx((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->n, (uint16_t *)y,
+                     l->act_quant, l->input_scale);
         break;
 #endif
 #if defined(HAVE_GEMM_INT8_VNNI)
