@@ -36,7 +36,7 @@ from toolkit.cache import CACHE_ROOT
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 19  # bump when the probe measures differently: older caches are measured again
+VERSION = 20  # bump when the probe measures differently: older caches are measured again
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
