@@ -286,6 +286,23 @@ def test_fp8_on_amx_equals_the_avx512_fp8_gemm(kernels, act_quant):
         assert ((got - reference).abs() <= 2 ** -7 * reference.abs() + 1e-3 * reference.abs().max()).all()
 
 
+def test_int4_on_amx_equals_the_avx512_int4_gemm(kernels):
+    """INT4 on AMX: nibbles widened to exact bf16 integers, each group's sums times its scale in fp32, as the AVX-512
+    kernel does: equal up to the summation order, at decode and prompt row counts (K of several groups)."""
+    import torch
+
+    _need_amx(kernels)
+    gen = torch.Generator().manual_seed(23)
+    values = torch.randint(-8, 8, (96, 768), generator=gen)
+    scales = torch.rand(96, 768 // 128, generator=gen) * 0.01 + 0.001
+    packed = kernels.pack_amx_int4(values)
+    for rows in (1, 2, 16, 17, 40):
+        x = torch.randn(rows, 768, generator=gen).to(torch.bfloat16)
+        reference = kernels.gemm_int4(x, kernels.pack_int4(values), scales, 128).float()
+        got = kernels.gemm_int4_amx(x, packed, scales.t().contiguous(), 128, 96).float()
+        assert ((got - reference).abs() <= 2 ** -7 * reference.abs() + 1e-3 * reference.abs().max()).all()
+
+
 @pytest.mark.parametrize("in_features", [768, 200])
 def test_int8_sq_on_amx_equals_the_vnni_kernel_bit_for_bit(kernels, in_features):
     """INT8-SQ on AMX tiles (K padded to 64 with zero weights) sums the same integers as the VNNI kernel and scales

@@ -3,8 +3,9 @@
   dense  bf16 (or fp32) weights: on a CPU with AMX, in tiles on the C AMX GEMM at every row count (decode and
          prefill); else the C few-row GEMM (AVX512-BF16) for decode, `F.linear` above (in fp32 where this CPU runs
          that faster: `prefill_in_fp32`)
-  int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: the C GEMM up to 31 rows, prefill widened to
-         bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
+  int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: with AMX, widened tile by tile into bf16 tiles,
+         group scales applied to each group's sums, at every row count; else the C GEMM up to 31 rows, prefill
+         widened to bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on AMX tiles at every row count where
          the CPU has them, else on VNNI for decode and `torch._int_mm` above (all exact in integers: the same
          output on every path); the C widening GEMM where the CPU lacks VNNI;
@@ -245,9 +246,16 @@ class Int4Linear(Linear):
         self.act_quant, self.input_scale = act_quant, input_scale
         self.weight_format = f"int4-g{group_size}" + ("-a8" if act_quant else "")
         self.native = None
+        self.amx = False
         if (native is not None and native.has_bf16_gemm and dtype == torch.bfloat16 and values.device.type == "cpu"
                 and native.int4_packable(self.in_features, group_size)):
             self.native = native
+            if native.amx_packable(values, "bf16"):  # in AMX tiles only, at every row count
+                self.amx = True
+                self.packed = native.pack_amx_int4(values)
+                self.group_scales = scales.float().t().contiguous()  # [in / group, out]: 16 outputs' scales in a row
+                self.weight_bytes = self.packed.numel() + self.group_scales.numel() * 4
+                return
             self.packed = native.pack_int4(values)
             self.scales_fp32 = scales.float().contiguous()
             self.weight_bytes = self.packed.numel() + self.scales_fp32.numel() * 4
@@ -268,7 +276,9 @@ class Int4Linear(Linear):
         x = fake_quant_activation(x, self.act_quant, self.input_scale)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        if self.native is not None and x2.shape[0] < WIDEN_ROWS:
+        if self.amx:
+            y = self.native.gemm_int4_amx(x2, self.packed, self.group_scales, self.group_size, self.out_features)
+        elif self.native is not None and x2.shape[0] < WIDEN_ROWS:
             y = self.native.gemm_int4(x2, self.packed, self.scales_fp32, self.group_size)
         elif self.native is not None:
             y = dense_gemm(x2, self.native.unpack_int4(self.packed, self.scales_fp32, self.group_size))
@@ -279,11 +289,14 @@ class Int4Linear(Linear):
         return y.reshape(*shape[:-1], self.out_features)
 
     def native_linear(self):
-        from toolkit.engine.runtime.native_kernels import LIN_INT4, NativeLinear
+        from toolkit.engine.runtime.native_kernels import LIN_INT4, LIN_INT4_AMX, NativeLinear
 
         if self.native is None:
             return None
         input_scale = 1.0 if self.input_scale is None else float(self.input_scale)
+        if self.amx:
+            return NativeLinear(LIN_INT4_AMX, self.packed, self.out_features, self.in_features, AMX_ROWS,
+                                self.group_scales, group=self.group_size, act_quant=self.act_quant, input_scale=input_scale)
         return NativeLinear(LIN_INT4, self.packed, self.out_features, self.in_features, WIDEN_ROWS - 1,
                             self.scales_fp32, group=self.group_size, act_quant=self.act_quant, input_scale=input_scale)
 

@@ -27,7 +27,8 @@ _FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 SOURCES = ("decode_kernels.c", "decode_step.c")
-LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX = 0, 1, 2, 3, 4, 5, 6, 7
+(LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX,
+ LIN_INT4_AMX) = range(9)
 # AMX tiles (csrc/decode_kernels.c): 16 outputs x one K slice of this many values, 1 KiB each
 AMX_K_STEP = {"bf16": 32, "int8": 64, "fp8": 32}
 
@@ -169,7 +170,10 @@ class NativeKernels:
                                               c.c_int, c.c_float]
             library.gemm_fp8_amx.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p,
                                              c.c_int, c.c_float]
+            library.gemm_int4_amx.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_int,
+                                              c.c_void_p]
             library.gemm_bf16_amx.restype = library.gemm_int8_amx.restype = library.gemm_fp8_amx.restype = None
+            library.gemm_int4_amx.restype = None
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
         if self.has_int8_vnni:
@@ -319,7 +323,7 @@ class NativeKernels:
     def pack_amx(weight, kind: str):
         """bf16, int8 or fp8 [N, K] → uint8 tiles [N/16, K/step, 16, 64 (fp8: 32)] as the tile loads read them: row
         r of a tile holds, for each of its 16 outputs, the weights k = 2r, 2r+1 (bf16, fp8) or 4r..4r+3 (int8) of its
-        K slice (int8 K zero-padded to a multiple of 64)."""
+        K slice (int8 K zero-padded to a multiple of 64); fp8's rows interleaved in pairs as gemm_fp8's bytes."""
         import torch
 
         n, k = weight.shape
@@ -327,7 +331,10 @@ class NativeKernels:
         padded = torch.nn.functional.pad(weight, (0, -k % step)) if kind == "int8" else weight
         word = torch.int16 if kind == "fp8" else torch.int32
         words = padded.contiguous().view(word).reshape(n // 16, 16, padded.shape[1] // step, 16)
-        return words.permute(0, 2, 3, 1).contiguous().view(torch.uint8)
+        tiles = words.permute(0, 2, 3, 1).contiguous().view(torch.uint8)
+        if kind == "fp8":  # per two tile rows, byte 16L + 8h + i holds row 2c + h's byte 8L + i (one unpack per row)
+            tiles = tiles.reshape(n // 16, -1, 8, 2, 4, 8).permute(0, 1, 2, 4, 3, 5).reshape(n // 16, -1, 16, 32)
+        return tiles.contiguous()
 
     @staticmethod
     def unpack_amx(packed, n: int, k: int, dtype):
@@ -335,6 +342,8 @@ class NativeKernels:
         import torch
 
         nb, kt = packed.shape[0], packed.shape[1]
+        if dtype == torch.float8_e4m3fn:
+            packed = packed.reshape(nb, kt, 8, 4, 2, 8).permute(0, 1, 2, 4, 3, 5).contiguous()
         word = torch.int16 if dtype == torch.float8_e4m3fn else torch.int32
         words = packed.view(word).reshape(nb, kt, 16, 16).permute(0, 3, 1, 2).reshape(n, -1)
         return words.contiguous().view(dtype)[:, :k]
@@ -346,6 +355,28 @@ class NativeKernels:
         x = x.contiguous()
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
         self._lib.gemm_bf16_amx(x.data_ptr(), x.shape[0], x.shape[1], packed.data_ptr(), n, y.data_ptr())
+        return y
+
+    @staticmethod
+    def pack_amx_int4(values):
+        """int4 values [N, K] in [-8, 7] → uint8 tiles [N/16, K/32, 256]: the bf16 tile layout (row r: per output
+        the k pair 2r, 2r+1), each 64 values as 32 bytes, value b in byte b's low nibble and 32 + b in its high one,
+        stored as q + 8 (gemm_int4_amx widens them by a table permute)."""
+        import torch
+
+        n, k = values.shape
+        tiles = (values.to(torch.int16) + 8).to(torch.uint8).reshape(n // 16, 16, k // 32, 16, 2).permute(0, 2, 3, 1, 4)
+        halves = tiles.reshape(n // 16, k // 32, 8, 2, 32)
+        return (halves[:, :, :, 0] | (halves[:, :, :, 1] << 4)).reshape(n // 16, k // 32, 256).contiguous()
+
+    def gemm_int4_amx(self, x, packed, group_scales, group_size: int, n: int):
+        """x bf16 [M, K] times pack_amx_int4'd weights [n, K], group_scales fp32 [K / group_size, n] → bf16 [M, n]."""
+        import torch
+
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
+        self._lib.gemm_int4_amx(x.data_ptr(), x.shape[0], x.shape[1], packed.data_ptr(), group_scales.data_ptr(),
+                                group_size, n, y.data_ptr())
         return y
 
     def gemm_fp8_amx(self, x, packed, scale, n: int, act_quant: str | None, input_scale: float):

@@ -12,13 +12,14 @@
  * x rounded to the activation format ModelOpt calibrated happens inside the int8 GEMMs, and here for int4.
  */
 
-enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4, LIN_BF16_AMX = 5, LIN_INT8_AMX = 6, LIN_FP8_AMX = 7 };
+enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4, LIN_BF16_AMX = 5, LIN_INT8_AMX = 6, LIN_FP8_AMX = 7,
+       LIN_INT4_AMX = 8 };
 
 typedef struct {
     int32_t kind, n, k, group, act_quant;
     float input_scale;
     const void *weight;          /* LIN_*_AMX: in tiles (native_kernels.pack_amx) */
-    const float *scale;          /* int8, fp8: per output row; int4: [n, k / group] */
+    const float *scale;          /* int8, fp8: per output row; int4: [n, k / group] (LIN_INT4_AMX: [k / group, n]) */
     const int32_t *weight_sums;  /* LIN_INT8_VNNI: sum of each output row's int8 weights */
     const void *smooth;          /* AWQ / SmoothQuant pre_quant_scale multiplied into the input, or NULL */
 } linear_t;
@@ -40,7 +41,7 @@ typedef struct {
 
 static int decode_kind_supported(int kind) { /* what decode_layers checks before writing anything */
 #if defined(HAVE_AMX)
-    if (kind == LIN_BF16_AMX || kind == LIN_INT8_AMX || kind == LIN_FP8_AMX) return 1;
+    if (kind == LIN_BF16_AMX || kind == LIN_INT8_AMX || kind == LIN_FP8_AMX || kind == LIN_INT4_AMX) return 1;
 #endif
 #if defined(HAVE_GEMM_INT8_VNNI)
     if (kind == LIN_INT8_VNNI) return 1;
@@ -72,11 +73,19 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         gemm_int8(x, M, l->k, (const int8_t *)l->weight, l->scale, l->n, y, act, l->act_quant, l->input_scale);
         break;
     case LIN_INT4:
+    case LIN_INT4_AMX:
         if (l->act_quant) { /* W4A8: activations rounded to fp8 first, as kernels.Int4Linear does in torch */
             float *rounded = widen_activations(x, M, l->k, act, l->act_quant, l->input_scale);
             for (int64_t m = 0; m < M; m++) store_row(x, m * l->k, rounded + m * l->k, l->k, act);
             free(rounded);
         }
+#if defined(HAVE_AMX)
+        if (l->kind == LIN_INT4_AMX) {
+            gemm_int4_amx((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n,
+                          (uint16_t *)y);
+            break;
+        }
+#endif
         gemm_int4((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
         break;
     case LIN_FP8:
