@@ -213,6 +213,15 @@ print(json.dumps({"ttft_ms": min(ttft) * 1e3, "itl_ms": min(medians) * 1e3}))
 """
 
 
+def _failure(error: Exception) -> str:
+    """Why a peer's run failed, in a line: the end of its stderr (where the error is), or the exception; and the
+    signal when it died of one (llama.cpp's builds have crashed on a CPU their -march=native did not fit)."""
+    stderr = (getattr(error, "stderr", "") or "").strip()
+    code = getattr(error, "returncode", 0) or 0
+    died = f"killed by signal {-code}; " if code < 0 else ""
+    return died + (stderr.splitlines()[-1][-240:] if stderr else str(error)[-240:])
+
+
 def bench_llamacpp(model_dir: Path, kind: str, isl: int, osl: int, threads: int) -> dict | None:
     try:
         gguf = _gguf(model_dir, kind)
@@ -220,7 +229,7 @@ def bench_llamacpp(model_dir: Path, kind: str, isl: int, osl: int, threads: int)
                               str(threads)], check=True, capture_output=True, text=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.CalledProcessError, OSError, json.JSONDecodeError) as e:
-        print(f"llama.cpp {kind}: not measured ({getattr(e, 'stderr', '') or e})"[:300], file=sys.stderr)
+        print(f"llama.cpp {kind}: not measured ({_failure(e)})", file=sys.stderr)
         return None
 
 
@@ -250,7 +259,7 @@ def bench_llamacpp_batched(model_dir: Path, kind: str, isl: int, osl: int, threa
                     if r["pl"] not in best or itl_ms < best[r["pl"]]["itl_ms"]:
                         best[r["pl"]] = {"itl_ms": itl_ms, "tok_s": r["speed_tg"]}
     except (subprocess.CalledProcessError, OSError, json.JSONDecodeError, KeyError) as e:
-        print(f"llama-batched-bench {kind}: not measured ({getattr(e, 'stderr', '') or e})"[:300], file=sys.stderr)
+        print(f"llama-batched-bench {kind}: not measured ({_failure(e)})", file=sys.stderr)
         return None
     return best
 

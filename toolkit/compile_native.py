@@ -43,7 +43,9 @@ def compiled_library(name: str, library_name: str, source_name: str, code: bytes
     source_copy.write_bytes(code)
     # A unique partial name, renamed into place: two processes building at once both succeed.
     partial = library.with_name(f"{library.name}.{os.getpid()}.partial")
-    result = subprocess.run([compiler, *flags, "-o", str(partial), str(source_copy)], capture_output=True, text=True)
+    # The compiler's messages are UTF-8 (gcc quotes names in ‘’) and a Triton python stub runs in an ASCII locale.
+    result = subprocess.run([compiler, *flags, "-o", str(partial), str(source_copy)], capture_output=True, text=True,
+                            encoding="utf-8", errors="replace")
     if result.returncode != 0:
         raise ToolkitError(f"compiling {name} failed: {result.stderr.strip()[-400:]}",
                            f"check that the compiler ({compiler}) works, or set CC / CXX to one that does")

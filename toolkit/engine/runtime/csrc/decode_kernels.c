@@ -9,6 +9,7 @@
  * dtype codes (shared with native_kernels.py): 0 float32, 1 bfloat16, 2 int8 (times a scale),
  * 3 float8_e4m3fn (times a scale). Activations are 0 or 1; the KV cache may be any of the four.
  */
+#define _GNU_SOURCE /* syscall() (AMX's permission request) under -std=c11 */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
