@@ -15,9 +15,20 @@ py="$peers/venv/bin/python"
 if ! ls "$peers/sdist"/llama_cpp_python-*.tar.gz >/dev/null 2>&1; then
   "$peers/venv/bin/pip" download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$peers/sdist"
 fi
-if ! "$py" -c "import llama_cpp" 2>/dev/null; then
-  CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-    "$peers/venv/bin/pip" install -q "$peers"/sdist/llama_cpp_python-*.tar.gz
+# -march=native, except on a CPU with AMX: ggml's AMX path for q4_0 / q8_0 segfaulted on this project's AMX machine
+# (Xeon, 2026-11-24; a known, unfixed crash: ggml-org/llama.cpp#20824), so there llama.cpp is built for the
+# AVX-512 set such a CPU has (BF16, VNNI, VBMI) without AMX (-mno-amx-* cannot follow ggml's own -march=native).
+# A build made with other flags (the stamp) is rebuilt.
+flags="-DGGML_NATIVE=ON"
+if grep -qw amx_int8 /proc/cpuinfo; then
+  flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON"
+  flags="$flags -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON"
+fi
+if ! "$py" -c "import llama_cpp" 2>/dev/null || [ "$(cat "$peers/llama-build-flags" 2>/dev/null)" != "$flags" ]; then
+  CMAKE_ARGS="$flags" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    "$peers/venv/bin/pip" install -q --force-reinstall --no-deps "$peers"/sdist/llama_cpp_python-*.tar.gz
+  rm -rf "$peers/llama.cpp/build-bench"
+  echo "$flags" > "$peers/llama-build-flags"
 fi
 if [ ! -d "$peers/llama.cpp" ]; then
   tar -xzf "$peers"/sdist/llama_cpp_python-*.tar.gz -C "$peers"
@@ -27,7 +38,8 @@ fi
 # llama.cpp's own batched benchmark (N parallel sequences decoding in one batch, as llama-server's slots do):
 # only that target, from the same vendored source (~6 min on 2 cores).
 if [ ! -x "$peers/llama.cpp/build-bench/bin/llama-batched-bench" ]; then
-  cmake -S "$peers/llama.cpp" -B "$peers/llama.cpp/build-bench" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  # shellcheck disable=SC2086  # $flags: several -D options
+  cmake -S "$peers/llama.cpp" -B "$peers/llama.cpp/build-bench" -G Ninja -DCMAKE_BUILD_TYPE=Release $flags \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null \
     && cmake --build "$peers/llama.cpp/build-bench" --target llama-batched-bench -j "$(nproc)" >/dev/null \
     || echo "llama-batched-bench did not build: the peer table has no multi-stream rows"
