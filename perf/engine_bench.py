@@ -80,30 +80,42 @@ def _steps(batch: int, isl: int, start_token: int = 5):
     return prefill, decode, per_seq * batch
 
 
+def _synchronized(runner):
+    """What waits for the runner's device: a CUDA step returns once its kernels are queued, not run."""
+    import torch
+
+    return torch.cuda.synchronize if str(runner.device).startswith("cuda") else (lambda: None)
+
+
 def _median_step(runner, batch: int, isl: int, osl: int) -> float:
     """`batch` sequences prefilled with `isl` tokens, then `osl` decode steps: the median step (the first two
     left out), in seconds."""
     import torch
 
     prefill, decode, _ = _steps(batch, isl)
+    sync = _synchronized(runner)
     for s in range(batch):
         runner.forward(prefill(s))
     times = []
     for pos in range(isl, isl + osl):
+        sync()
         t = time.perf_counter()
         logits = runner.forward(decode(pos))
+        sync()
         times.append(time.perf_counter() - t)
     assert torch.isfinite(logits).all()
     return statistics.median(times[2:])
 
 
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
-                 threads: int | None = None, repeats: int = 1) -> dict:
+                 threads: int | None = None, repeats: int = 1, device: str = "cpu") -> dict:
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
     start = time.perf_counter()
-    runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, native=native, threads=threads)
+    runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, native=native, threads=threads,
+                         device=device)
+    sync = _synchronized(runner)
     load_s = time.perf_counter() - start
     runner.warm_up(max(batches), isl)
     result = {"weight_format": runner.weight_format, "weight_bytes": runner.weight_bytes, "load_s": load_s,
@@ -111,8 +123,10 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     prefill, _, _ = _steps(1, isl)
     ttft = []
     for _ in range(3):
+        sync()
         t = time.perf_counter()
         runner.forward(prefill(0))
+        sync()
         ttft.append(time.perf_counter() - t)
     result["ttft_ms"] = min(ttft) * 1e3
     # This VM's speed drifts by up to 1.5x over minutes: best of `repeats`, the batches taken in turn within

@@ -85,10 +85,28 @@ def test_quantize_stage_writes_manifest_and_gate(tiny_model_dir, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["qformat"] == "int4_awq"
     assert manifest["inputs"]["calibration"]["samples"] == 16
+    assert manifest["inputs"]["calibrated_on"] == "cpu"  # auto, and torch here sees no GPU
     assert manifest["outputs"]["bytes_on_disk"] > 0
     assert 0 < manifest["outputs"]["quality"]["mean_kl"] < 0.5
     assert result.quality.perplexity_ratio < 1.5
     assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
+
+
+def test_calibration_device_follows_what_torch_sees():
+    import torch
+
+    from toolkit.quantize.stage import calibration_device
+
+    assert calibration_device("cpu") == "cpu"
+    if torch.cuda.is_available():
+        assert calibration_device("auto") == calibration_device("cuda") == "cuda"
+        return
+    assert calibration_device("auto") == "cpu"
+    with pytest.raises(ToolkitError, match="torch sees no CUDA device") as err:
+        calibration_device("cuda")
+    assert "calib_device: auto or cpu" in err.value.fix
+    with pytest.raises(Exception, match="calib_device"):
+        QuantizeSection(calib_device="tpu")
 
 
 def test_quality_gate_stops_a_bad_quantization(tiny_model_dir, tmp_path):

@@ -64,6 +64,9 @@ class QuantizeSection(_Section):
     calib_seq_len: int = Field(64, gt=0)
     export: Literal["hf", "trtllm"] = "hf"
     awq_block_size: int = Field(128, gt=0)
+    # Where ModelOpt calibrates: auto = the GPU when torch sees one (minutes for an 8B model where the CPU takes
+    # hours; NVFP4 calibrates only there), else the CPU.
+    calib_device: Literal["auto", "cpu", "cuda"] = "auto"
     quality: QualityGate = QualityGate()
 
 

@@ -171,7 +171,7 @@ def check_kv_cache_dtype(fmt: QuantFormat, kv_cache_dtype: str) -> None:
 
 def modelopt_config(qformat_name: str, kv_cache_dtype: str, device: str = "cpu") -> dict:
     """The mtq config dict for a qformat, with KV-cache quantizers appended when asked for.
-    `device`: where the model is calibrated (the quantize stage calibrates on CPU)."""
+    `device`: where the model is calibrated (quantize.calib_device)."""
     fmt = qformat(qformat_name)
     if fmt.modelopt_config is None:
         raise ToolkitError(f"qformat {fmt.name} is not quantized: there is nothing to calibrate",
@@ -180,7 +180,8 @@ def modelopt_config(qformat_name: str, kv_cache_dtype: str, device: str = "cpu")
     if fmt.calibration_needs_cuda and not device.startswith("cuda"):
         raise ToolkitError(f"{fmt.name} calibration needs CUDA (ModelOpt's {fmt.modelopt_config} keeps its scales "
                            f"on the GPU) and this calibration runs on {device}",
-                           "quantize on a GPU machine, or pick a format that calibrates on CPU (fp8, int4_awq)")
+                           "quantize on a GPU machine (quantize.calib_device: auto or cuda), or pick a format that calibrates on CPU "
+                           "(fp8, int4_awq)")
     import modelopt.torch.quantization as mtq
 
     config = copy.deepcopy(getattr(mtq, fmt.modelopt_config))

@@ -53,15 +53,17 @@ def quantize_checkpoint(model_dir: Path, out_dir: Path, settings: QuantizeSectio
     if settings.export == "trtllm":
         check_tp_shapes(spec, settings.qformat, parallel.tp, settings.awq_block_size)
     tokenizer = load_tokenizer(model_dir)
-    model = _load_model(model_dir)
+    device = calibration_device(settings.calib_device)
+    model = _load_model(model_dir).to(device)
 
     quality = None
     if settings.qformat != "none":
         import modelopt.torch.quantization as mtq
 
-        mtq_config = modelopt_config(settings.qformat, settings.kv_cache_dtype)
-        calib = token_batches(tokenizer, calibration_texts(), settings.calib_seq_len, settings.calib_size)
-        heldout = token_batches(tokenizer, heldout_texts(), settings.calib_seq_len, 64)
+        mtq_config = modelopt_config(settings.qformat, settings.kv_cache_dtype, device)
+        calib = [ids.to(device) for ids in
+                 token_batches(tokenizer, calibration_texts(), settings.calib_seq_len, settings.calib_size)]
+        heldout = [ids.to(device) for ids in token_batches(tokenizer, heldout_texts(), settings.calib_seq_len, 64)]
         reference = next_token_logits(model, heldout)
 
         def forward_loop(m):
@@ -92,13 +94,29 @@ def quantize_checkpoint(model_dir: Path, out_dir: Path, settings: QuantizeSectio
     write_manifest(out_dir, "quantize",
                    inputs={"model_dir": str(model_dir), "qformat": settings.qformat,
                            "kv_cache_dtype": settings.kv_cache_dtype, "export": settings.export,
-                           "tp": parallel.tp, "pp": parallel.pp, "dtype": dtype,
+                           "tp": parallel.tp, "pp": parallel.pp, "dtype": dtype, "calibrated_on": device,
                            "calibration": {"samples": settings.calib_size, "seq_len": settings.calib_seq_len,
                                            "text": "toolkit/data/corpus.txt (calibration paragraphs)"}},
                    outputs={"checkpoint_dir": str(out_dir), "bytes_on_disk": dir_size(out_dir),
                             "quality": quality.to_dict() if quality else None},
                    seconds=seconds)
     return QuantizeResult(out_dir, quality, seconds)
+
+
+def calibration_device(choice: str) -> str:
+    """"cuda" or "cpu" for quantize.calib_device: auto takes the GPU when torch sees one."""
+    import torch
+
+    if choice == "cpu":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if choice == "cuda":
+        raise ToolkitError("quantize.calib_device is cuda but torch sees no CUDA device "
+                           f"(torch {torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA)",
+                           "calibrate on the CPU (quantize.calib_device: auto or cpu), or run on a GPU machine "
+                           "with a CUDA build of torch (the NGC container's)")
+    return "cpu"
 
 
 def _load_model(model_dir: Path):

@@ -88,6 +88,20 @@ def fp8_scaled_mm_available(device: str) -> bool:
         return False
 
 
+@functools.cache
+def int8pack_mm_available(device: str) -> bool:
+    """Whether torch has its weight-only int8 GEMM (`_weight_int8pack_mm`) on `device`'s type (CPU: yes)."""
+    import torch
+
+    try:
+        torch._weight_int8pack_mm(torch.zeros(1, 64, dtype=torch.bfloat16, device=device),
+                                  torch.zeros(64, 64, dtype=torch.int8, device=device),
+                                  torch.ones(64, dtype=torch.bfloat16, device=device))
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
 _built_prompt_fp32: bool | None = None  # the engine build's choice (set_prompt_gemm_dtype), else timed here
 
 
@@ -350,8 +364,15 @@ class Int8Linear(Linear):
             widened = self.native.widen_int8(self.weight, self.scales_fp32)
             return _prefill_gemm(self.native, x2, widened, self.act_quant, self.input_scale_value).reshape(*shape[:-1], -1)
         x2 = fake_quant_activation(x2, self.act_quant, self.input_scale)
-        if x2.shape[0] >= WIDEN_ROWS and x2.dtype != torch.float32:
-            # Prefill without the C kernels: the weights widened to the activation dtype for the dense GEMM.
+        widen = x2.shape[0] >= WIDEN_ROWS and x2.dtype != torch.float32
+        if not widen and not int8pack_mm_available(self.weight.device.type):
+            _say_once("int8pack", f"int8 weights: torch {torch.__version__} has no weight-only int8 GEMM on "
+                                  f"{self.weight.device.type}; each GEMM widens them to {x2.dtype} (8-bit weight "
+                                  f"reads, a {x2.dtype} copy written and read per call)")
+            widen = True
+        if widen:
+            # Prefill without the C kernels (or no int8 GEMM on this device): the weights widened to the activation
+            # dtype for the dense GEMM.
             y = F.linear(x2, self.weight.to(x2.dtype)) * self.scales
         else:
             y = torch._weight_int8pack_mm(x2, self.weight, self.scales)
