@@ -108,13 +108,13 @@ def _median_step(runner, batch: int, isl: int, osl: int) -> float:
 
 
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
-                 threads: int | None = None, repeats: int = 1, device: str = "cpu") -> dict:
+                 threads: int | None = None, repeats: int = 1, device: str = "cpu", **runner_options) -> dict:
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
     start = time.perf_counter()
     runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, native=native, threads=threads,
-                         device=device)
+                         device=device, **runner_options)
     sync = _synchronized(runner)
     load_s = time.perf_counter() - start
     runner.warm_up(max(batches), isl)
@@ -174,6 +174,8 @@ def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: 
         runner.native.decode_attention = lambda q, *args: q.new_zeros(q.shape)
     if runner.decoder is not None:  # the one-call C decode step: its own switch, the same stubs
         runner.decoder.desc.stub_gemms = 1
+    if runner.graphs is not None:  # CUDA graphs replay the kernels they captured: capture the stubbed step anew
+        runner.graphs.reset()
     return {batch: min(_median_step(runner, batch, isl, osl) for _ in range(repeats)) for batch in batches}
 
 

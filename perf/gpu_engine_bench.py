@@ -9,7 +9,9 @@ the median decode step, best of --repeats; CUDA synchronized around every timed 
 - the planner's floors for the GPU it detects (`toolkit plan -g h100-sxm` / `h200`: datasheet bandwidth and
   tensor-core peaks, no per-step cost): the decode step max(weights + KV over HBM bandwidth, FLOPs over the
   format's peak), and the prefill floor;
-- the GPU's busy time in one decode step (the profiler's kernel time) and its kernel count: a step much
+- decode steps replayed from CUDA graphs (the runner's default on a GPU, cuda_graphs.py), and at
+  --eager-batches without them, a kernel launch at a time;
+- the GPU's busy time in one eager decode step (the profiler's kernel time) and its kernel count: a step much
   longer than its kernels is launch-bound (Python and per-op dispatch), not memory- or compute-bound;
 - the step with its GEMMs and attention stubbed (engine_bench's step cost): what is left without them;
 - a device-to-device copy's bandwidth, what HBM gives a streaming kernel on this GPU;
@@ -80,18 +82,20 @@ def kernel_time(runner, batch: int, isl: int) -> dict:
 
 
 def agreement_with_cpu(ckpt: Path, device: str, isl: int) -> dict:
-    """The same checkpoint's logits for one prompt (all ISL positions) on `device` and on the CPU (torch ops):
-    how often the greedy token agrees, and the largest logit difference over the logits' spread."""
+    """The same checkpoint's logits for one prompt (all ISL positions) and 8 decode steps after it, on `device`
+    and on the CPU (torch ops): how often the greedy token agrees, the largest logit difference over the
+    logits' spread."""
     import torch
 
     from toolkit.engine.runtime.model_runner import ModelRunner
 
-    prefill, _, _ = _steps(1, isl)
+    prefill, decode, _ = _steps(1, isl)
     step = dataclasses.replace(prefill(0), logits_indices=torch.arange(isl))  # logits at every position
     logits = {}
-    for where in (device, "cpu"):
-        runner = ModelRunner(ckpt, num_blocks=-(-isl // 32) + 1, block_size=32, native=False, device=where)
-        logits[where] = runner.forward(step).float().cpu()
+    for where in (device, "cpu"):  # then 8 decode steps (on the GPU: replayed from CUDA graphs)
+        runner = ModelRunner(ckpt, num_blocks=-(-(isl + 8) // 32) + 1, block_size=32, native=False, device=where)
+        logits[where] = torch.cat([runner.forward(step).float().cpu()]
+                                  + [runner.forward(decode(pos)).float().cpu() for pos in range(isl, isl + 8)])
         del runner
     a, b = logits[device], logits["cpu"]
     return {"top1_agreement": (a.argmax(-1) == b.argmax(-1)).float().mean().item(),
@@ -108,6 +112,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda", help="torch device (cpu: a dry run of this script without a GPU)")
     parser.add_argument("--gpu", help="the planner's GPU (toolkit plan -g); default: from the device's name")
+    parser.add_argument("--eager-batches", default="1,8,64",
+                        help="batches also timed without CUDA graphs (one kernel launch at a time); empty: none")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -151,6 +157,11 @@ def main() -> None:
             print(f"{qformat}: failed: {type(exc).__name__}: {str(exc)[:400]}", flush=True)
             rows[qformat] = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
             continue
+        eager = [int(b) for b in args.eager_batches.split(",") if b]
+        if eager:
+            e = bench_format(ckpt, eager, args.isl, args.osl, native=False, repeats=1, device=args.device,
+                             decode_graphs="off")
+            r["eager"] = {"itl_ms": e["itl_ms"], "step_cost_ms": e["step_cost_ms"], "ttft_ms": e["ttft_ms"]}
         weights = "bf16" if qformat == "none" else qformat  # the engine runs unquantized checkpoints in bf16
         r["floor_ms"] = {b: decode_step(spec, hw, Deployment(weights=weights), b, context).seconds * 1e3
                          for b in batches}
@@ -160,7 +171,7 @@ def main() -> None:
             from toolkit.engine.runtime.model_runner import ModelRunner
 
             runner = ModelRunner(ckpt, num_blocks=-(-(args.isl + 256) // 32) * max(batches), block_size=32,
-                                 native=False, device=args.device)
+                                 native=False, device=args.device, decode_graphs="off")  # the kernels one by one
             r["profile"] = {b: kernel_time(runner, b, args.isl) for b in sorted({1, max(batches)})}
             del runner
             r["vs_cpu"] = agreement_with_cpu(ckpt, args.device, args.isl)
@@ -169,7 +180,8 @@ def main() -> None:
         print(f"{qformat:9s} {r['weight_format']:13s} TTFT {r['ttft_ms']:.2f} ms (floor {r['prefill_floor_ms']:.3f})  "
               + "  ".join(f"B{b} {itl[b]:.2f}ms (floor {r['floor_ms'][b]:.3f})" for b in batches)
               + f"  step w/o GEMMs {r['step_cost_ms']:.2f} ms" + (f"  profile {r['profile']}" if "profile" in r else "")
-              + (f"  vs CPU {r['vs_cpu']}" if "vs_cpu" in r else ""),
+              + (f"  vs CPU {r['vs_cpu']}" if "vs_cpu" in r else "")
+              + (f"  without graphs: {r['eager']}" if "eager" in r else ""),
               flush=True)
     print()
     print(markdown_table(rows, batches))
@@ -179,7 +191,8 @@ def main() -> None:
 
 def markdown_table(rows: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (floor) | " + " | ".join(f"ITL B={b} ms (floor)" for b in batches)
-            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | GPU busy B=1 ms, kernels | B=1 / floor |")
+            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 / floor | ITL without graphs ms (at B)"
+            + " | GPU busy in an eager B=1 step ms (kernels) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for q, r in rows.items():
         if "error" in r:
@@ -190,8 +203,9 @@ def markdown_table(rows: dict, batches: list[int]) -> str:
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.2f} ({r['prefill_floor_ms']:.3f}) | "
                      + " | ".join(f"{itl[b]:.2f} ({floor[b]:.3f})" for b in batches)
                      + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f}"
-                     + (f" | {prof['kernel_ms']:.3f}, {prof['kernels']}" if prof else " | -")
-                     + f" | {itl[batches[0]] / floor[batches[0]]:.0f} |")
+                     + f" | {itl[batches[0]] / floor[batches[0]]:.0f}"
+                     + " | " + (", ".join(f"{v:.2f} ({b})" for b, v in r["eager"]["itl_ms"].items()) if "eager" in r else "-")
+                     + (f" | {prof['kernel_ms']:.3f} ({prof['kernels']})" if prof else " | -") + " |")
     return "\n".join(lines)
 
 

@@ -393,3 +393,38 @@ def test_prompt_gemm_precision_is_chosen_per_cpu_and_computes_the_same_product(m
             assert kernels.prefill_in_fp32() == (built == "float32") and runner.prompt_gemm_dtype == built
     finally:
         kernels.set_prompt_gemm_dtype(None)
+
+
+def test_graph_buckets_are_powers_of_two():
+    from toolkit.engine.runtime.cuda_graphs import bucket
+
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 64, 65)] == [1, 2, 4, 4, 8, 8, 16, 64, 128]
+
+
+@pytest.mark.parametrize("qformat", ["none", "int8_sq", "int4_awq"])
+def test_padded_decode_step_is_the_unpadded_step(quantized, tiny_model_dir, qformat):
+    """What a CUDA graph replays (cuda_graphs.py): decode steps padded to a power-of-two batch and context, pad
+    rows writing to a spare block. The same logits as the unpadded torch-ops step, and the same K/V in every
+    block the sequences own; only the spare block takes the pad rows' writes."""
+    import torch
+
+    from toolkit.engine.runtime.model_runner import ModelRunner
+
+    ckpt = tiny_model_dir if qformat == "none" else quantized(qformat)[0]
+    padded, plain = (ModelRunner(ckpt, num_blocks=64, block_size=BLOCK, dtype="fp32", native=False,
+                                 decode_graphs=mode) for mode in ("padded", "off"))
+    assert padded.graphs is not None and not padded.graphs.capture and plain.graphs is None
+    assert ModelRunner(ckpt, num_blocks=8, block_size=BLOCK, native=False).graphs is None  # auto: no GPU here
+    paged = PagedSequences(64)
+    steps = [paged.step({0: PROMPTS[0], 1: PROMPTS[1], 2: PROMPTS[2]})]  # a prefill: not a graph's step
+    steps += [paged.step({0: [11 + i], 1: [40 + i], 2: [90 + i]}) for i in range(12)]  # contexts cross blocks
+    steps += [paged.step({1: [7]}, logits_for="all")]  # one sequence: batch bucket 1
+    for step in steps:
+        assert torch.allclose(padded.forward(step), plain.forward(step), rtol=1e-5, atol=1e-5)
+    assert {batch for batch, _ in padded.graphs.entries} == {4, 1}
+    assert {blocks for _, blocks in padded.graphs.entries} == {8, 4}  # 41-52 tokens: 6-7 blocks; 26: 4
+    owned = 64 * BLOCK
+    for layer in range(len(plain.layers)):
+        assert torch.allclose(padded.cache.k[layer][:owned], plain.cache.k[layer], rtol=1e-5, atol=1e-5)
+        assert torch.allclose(padded.cache.v[layer][:owned], plain.cache.v[layer], rtol=1e-5, atol=1e-5)
+        assert padded.cache.k[layer][owned:].abs().sum() > 0  # the pad rows wrote into the spare block

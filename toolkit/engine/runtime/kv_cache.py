@@ -15,7 +15,8 @@ _INT8_MAX = 127.0
 
 class PagedKVCache:
     def __init__(self, *, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 compute_dtype, kv_cache_dtype: str = "auto", scales: list[dict] | None = None, device="cpu"):
+                 compute_dtype, kv_cache_dtype: str = "auto", scales: list[dict] | None = None, device="cpu",
+                 spare_blocks: int = 0):
         import torch
 
         if kv_cache_dtype not in KV_CACHE_DTYPES:
@@ -25,7 +26,9 @@ class PagedKVCache:
         self.block_size = block_size
         self.num_blocks = num_blocks
         storage = {"auto": compute_dtype, "fp8": torch.float8_e4m3fn, "int8": torch.int8}[kv_cache_dtype]
-        shape = (num_blocks * block_size, num_kv_heads, head_dim)
+        # Spare blocks past num_blocks belong to no sequence: padded rows of a CUDA-graph step write there.
+        self.spare_slot = num_blocks * block_size if spare_blocks else None
+        shape = ((num_blocks + spare_blocks) * block_size, num_kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
         # ModelOpt's k/v scales are amax / 448 (fp8); for int8 the same amax is spread over 127 steps.

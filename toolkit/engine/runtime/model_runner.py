@@ -109,7 +109,9 @@ class _Smoothed:
 class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu", fp8_kernel: str = "auto",
-                 native: bool = True, prompt_gemm_dtype: str | None = None):
+                 native: bool = True, prompt_gemm_dtype: str | None = None, decode_graphs: str = "auto"):
+        """decode_graphs: "auto" replays decode steps from CUDA graphs on a GPU (cuda_graphs.py); "off" never;
+        "padded" runs their padded step without capturing (how the CPU tests check what a graph replays)."""
         import torch
 
         from toolkit.engine.runtime.kernels import set_prompt_gemm_dtype
@@ -137,6 +139,12 @@ class ModelRunner:
             kernels = native_kernels.load()
             self.native = kernels if kernels is not None and kernels.supports(self.dtype) else None
         self.layers = [_Layer(layer, self.dtype, device, fp8_kernel, self.native) for layer in ckpt.layers]
+        if decode_graphs not in ("auto", "off", "padded"):
+            raise ValueError(f"decode_graphs {decode_graphs!r} is not one of auto, off, padded")
+        on_cuda = torch.device(device).type == "cuda"
+        if decode_graphs == "padded" and self.native is not None:
+            raise ValueError("decode_graphs padded runs the torch-ops step: build the runner with native=False")
+        graphs_mode = "capture" if decode_graphs == "auto" and on_cuda else "padded" if decode_graphs == "padded" else None
         self.lm_head = DenseLinear(ckpt.lm_head.to(device), self.dtype, self.native)
         inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim))
         angles = torch.outer(torch.arange(s.max_position_embeddings, dtype=torch.float64), inv_freq)
@@ -146,8 +154,13 @@ class ModelRunner:
         self.cache = PagedKVCache(num_layers=s.num_layers, num_blocks=num_blocks, block_size=block_size,
                                   num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, compute_dtype=self.dtype,
                                   kv_cache_dtype=kv_cache_dtype, scales=[layer.kv_scales for layer in ckpt.layers],
-                                  device=device)
+                                  device=device, spare_blocks=1 if graphs_mode else 0)
         self.decoder = self._native_decoder()
+        self.graphs = None
+        if graphs_mode:
+            from toolkit.engine.runtime.cuda_graphs import DecodeGraphs
+
+            self.graphs = DecodeGraphs(self, capture=graphs_mode == "capture")
         self.warm_up_seconds = 0.0
         if kv_cache_dtype != "auto" and self.cache.scale_source == "fixed":
             log.warning("kv_cache_dtype %s: the checkpoint has no calibrated k/v scales; using a fixed amax of 16",
@@ -175,7 +188,7 @@ class ModelRunner:
     def step_kernels(self) -> str:
         """What runs between the GEMMs: the fused C kernels, or torch ops where those could not be built."""
         if self.native is None:
-            return "torch ops"
+            return "torch ops" + ("; decode steps replayed from CUDA graphs" if self.graphs and self.graphs.capture else "")
         amx = [lin.weight_format for layer in self.layers for lin in self._linears(layer) if getattr(lin, "amx", False)]
         return ("fused C (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)"
                 + (f"; {sorted(set(amx))[0]} GEMMs on AMX tiles at every row count" if amx else "")
@@ -335,6 +348,11 @@ class ModelRunner:
 
     def _forward(self, step: StepInput):
         import torch
+
+        if self.graphs is not None and self.graphs.accepts(step):
+            logits = self.graphs.run(step)
+            if logits is not None:
+                return logits.float()
 
         token_ids = step.token_ids.to(self.device)
         positions = step.positions.to(self.device)
