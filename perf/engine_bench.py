@@ -232,7 +232,8 @@ print(json.dumps({"ttft_ms": min(ttft) * 1e3, "itl_ms": min(medians) * 1e3}))
 def _failure(error: Exception) -> str:
     """Why a peer's run failed, in a line: the end of its stderr (where the error is), or the exception; and the
     signal when it died of one (llama.cpp's builds have crashed on a CPU their -march=native did not fit)."""
-    stderr = (getattr(error, "stderr", "") or "").strip()
+    stderr = getattr(error, "stderr", "") or ""
+    stderr = (stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr).strip()
     code = getattr(error, "returncode", 0) or 0
     died = f"killed by signal {-code}; " if code < 0 else ""
     return died + (stderr.splitlines()[-1][-240:] if stderr else str(error)[-240:])

@@ -24,6 +24,9 @@ if grep -qw amx_int8 /proc/cpuinfo; then
   flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON"
   flags="$flags -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON"
 fi
+# llama-cpp-python's own runtime needs (its install below is --no-deps, so that pip builds nothing else); without
+# diskcache `import llama_cpp` fails, which would also rebuild llama.cpp on every run.
+"$peers/venv/bin/pip" install -q diskcache jinja2 typing-extensions "numpy<2"
 if ! "$py" -c "import llama_cpp" 2>/dev/null || [ "$(cat "$peers/llama-build-flags" 2>/dev/null)" != "$flags" ]; then
   CMAKE_ARGS="$flags" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     "$peers/venv/bin/pip" install -q --force-reinstall --no-deps "$peers"/sdist/llama_cpp_python-*.tar.gz
