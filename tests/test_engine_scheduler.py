@@ -229,6 +229,25 @@ def test_build_keeps_the_prompt_gemm_dtype_it_timed(tmp_path, tiny_model_dir):
     assert EngineConfig.read(tmp_path / "a").prompt_gemm_dtype == built["prompt_gemm_dtype"]
     build_cpu_engine(tiny_model_dir, tmp_path / "b", EngineConfig(prompt_gemm_dtype="bfloat16", **limits))
     assert EngineConfig.read(tmp_path / "b").prompt_gemm_dtype == "bfloat16"
+    assert EngineConfig.read(tmp_path / "b").device == "cpu"
+
+
+def test_engine_device_cuda_is_refused_at_build_without_a_gpu(tmp_path, tiny_model_dir):
+    """engine.device: cuda serves the embedded engine on a GPU (perf/gpu_engine_generate.py checked it on an H200);
+    without one the build says so, as trtllm-build would, instead of a server failing to start."""
+    import torch
+
+    from toolkit.engine.cpu import build_cpu_engine
+    from toolkit.engine.engine_config import EngineConfig
+    from toolkit.errors import ToolkitError
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal is for machines without one")
+    limits = dict(target="cpu", max_batch_size=4, max_input_len=64, max_seq_len=128, max_num_tokens=128,
+                  tokens_per_block=32, kv_cache_blocks=16, qformat="none", kv_cache_dtype="none", device="cuda")
+    with pytest.raises(ToolkitError, match="sees no CUDA device") as err:
+        build_cpu_engine(tiny_model_dir, tmp_path / "a", EngineConfig(**limits))
+    assert "engine.device: cpu" in err.value.fix
 
 
 def test_timeline_records_each_step_and_exports_a_trace(tmp_path):

@@ -106,6 +106,10 @@ class EngineSection(_Section):
     # CPU engine: torch threads for its steps; None: every core it may run on (perf/README.md: with the
     # client on the same small machine, fewer threads than cores can serve faster).
     cpu_threads: int | None = Field(None, ge=1)
+    # The embedded engine (target cpu) on a GPU: the same engine in torch ops with decode steps replayed from CUDA
+    # graphs (docs/gpu-validation.md). A check of the model and formats where TensorRT-LLM is absent, not the GPU
+    # deployment path (target trtllm / llmapi), which is far faster.
+    device: Literal["cpu", "cuda"] = "cpu"
     # CPU engine: n-gram (prompt-lookup) speculative decoding, drafts of up to max_draft_len tokens.
     speculative_decoding: Literal["none", "ngram"] = "none"
     max_draft_len: int = Field(4, ge=1, le=16)

@@ -29,14 +29,26 @@ def check_cpu_limits(engine: EngineConfig) -> None:
             f"{engine.max_batch_size} full-length sequences), or lower engine.max_seq_len")
 
 
+def check_device(engine: EngineConfig) -> None:
+    """engine.device cuda needs a torch that sees a GPU, here where the engine is built (as trtllm-build does)."""
+    if engine.device == "cpu":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ToolkitError(f"engine.device is {engine.device} but torch {torch.__version__} sees no CUDA device",
+                           "build and serve on a GPU machine with a CUDA build of torch, or set engine.device: cpu")
+
+
 def build_cpu_engine(checkpoint_dir: Path, engine_dir: Path, engine: EngineConfig) -> dict:
     check_cpu_limits(engine)
+    check_device(engine)
     target = engine_dir / CHECKPOINT_SUBDIR
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(checkpoint_dir, target, ignore=shutil.ignore_patterns("manifest.json"))
-    if engine.prompt_gemm_dtype == "auto":
-        engine = replace(engine, prompt_gemm_dtype=choose_prompt_gemm_dtype())
+    if engine.prompt_gemm_dtype == "auto":  # a CPU's choice (on a GPU the runner's dtype)
+        engine = replace(engine, prompt_gemm_dtype=choose_prompt_gemm_dtype() if engine.device == "cpu" else "bfloat16")
     engine.write(engine_dir)
     return {"checkpoint": str(target), "engine_config": str(engine_dir / "engine_config.json"),
             "prompt_gemm_dtype": engine.prompt_gemm_dtype}

@@ -34,6 +34,7 @@ class EngineConfig:
     dtype: str = "auto"  # activations (the CPU engine's auto: bfloat16)
     # CPU: what prompt chunks' bf16 GEMMs compute in, chosen by timing at `toolkit build` ("auto" until then)
     prompt_gemm_dtype: str = "auto"
+    device: str = "cpu"  # the embedded engine's torch device (cpu, cuda)
 
     @classmethod
     def from_deployment(cls, config: DeploymentConfig) -> "EngineConfig":
@@ -44,7 +45,8 @@ class EngineConfig:
                    kv_cache_dtype=config.quantize.kv_cache_dtype, tp=config.parallel.tp, pp=config.parallel.pp,
                    enable_chunked_context=e.enable_chunked_context, enable_kv_cache_reuse=e.enable_kv_cache_reuse,
                    batch_scheduler_policy=e.batch_scheduler_policy,
-                   max_draft_len=e.max_draft_len if e.speculative_decoding == "ngram" else 0, dtype=e.dtype)
+                   max_draft_len=e.max_draft_len if e.speculative_decoding == "ngram" else 0, dtype=e.dtype,
+                   device=e.device)
 
     def write(self, engine_dir: Path) -> Path:
         path = Path(engine_dir) / ENGINE_CONFIG_FILE

@@ -137,6 +137,7 @@ class Engine:
                 "step_kernels": getattr(runner, "step_kernels", None),
                 "prompt_gemm_dtype": getattr(runner, "prompt_gemm_dtype", None),
                 "kv_cache_dtype": getattr(cache, "kv_cache_dtype", None),
+                "device": str(getattr(runner, "device", "cpu")),
                 "threads": torch.get_num_threads(), "startup_seconds": self.startup_seconds,
                 "enable_chunked_context": c.enable_chunked_context, "enable_kv_cache_reuse": c.enable_kv_cache_reuse,
                 "batch_scheduler_policy": c.batch_scheduler_policy, "max_draft_len": c.max_draft_len}
@@ -351,9 +352,10 @@ def start_engine(engine_dir, *, warm_up_prompt: list[int] | None = None, **optio
     return built["engine"]
 
 
-def open_engine(engine_dir, *, threads: int | None = None, device: str = "cpu", timeline_path=None,
+def open_engine(engine_dir, *, threads: int | None = None, device: str | None = None, timeline_path=None,
                 warm_up: bool = True, **options) -> Engine:
-    """The engine for a built CPU engine directory, its runner warmed up. Scheduler options
+    """The engine for a built CPU engine directory, its runner warmed up, on `device` (default: the device it was
+    built for, engine_config.json's). Scheduler options
     (enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy, max_draft_len) and the
     activation dtype come from the engine's engine_config.json; keyword arguments that are not None
     override them."""
@@ -370,7 +372,8 @@ def open_engine(engine_dir, *, threads: int | None = None, device: str = "cpu", 
     kv_dtype = limits.get("kv_cache_dtype") or "none"
     runner = ModelRunner(engine_dir / CHECKPOINT_SUBDIR, num_blocks=limits["kv_cache_blocks"],
                          block_size=limits["tokens_per_block"], kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
-                         dtype=limits.get("dtype", "auto"), threads=threads, device=device,
+                         dtype=limits.get("dtype", "auto"), threads=threads,
+                         device=device or limits.get("device", "cpu"),
                          prompt_gemm_dtype=limits.get("prompt_gemm_dtype"))
     config = SchedulerConfig(
         max_batch_size=limits["max_batch_size"], max_num_tokens=limits["max_num_tokens"],
