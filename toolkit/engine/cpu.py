@@ -12,6 +12,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from toolkit.devices import resolve_device
 from toolkit.engine.engine_config import EngineConfig
 from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR
 from toolkit.errors import ToolkitError
@@ -29,20 +30,9 @@ def check_cpu_limits(engine: EngineConfig) -> None:
             f"{engine.max_batch_size} full-length sequences), or lower engine.max_seq_len")
 
 
-def check_device(engine: EngineConfig) -> None:
-    """engine.device cuda needs a torch that sees a GPU, here where the engine is built (as trtllm-build does)."""
-    if engine.device == "cpu":
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ToolkitError(f"engine.device is {engine.device} but torch {torch.__version__} sees no CUDA device",
-                           "build and serve on a GPU machine with a CUDA build of torch, or set engine.device: cpu")
-
-
 def build_cpu_engine(checkpoint_dir: Path, engine_dir: Path, engine: EngineConfig) -> dict:
     check_cpu_limits(engine)
-    check_device(engine)
+    resolve_device(engine.device, "engine.device")  # cuda needs a GPU here, where it is built (as trtllm-build)
     target = engine_dir / CHECKPOINT_SUBDIR
     if target.exists():
         shutil.rmtree(target)

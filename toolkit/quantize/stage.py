@@ -15,6 +15,7 @@ from pathlib import Path
 
 from toolkit.config import ParallelSection, QuantizeSection
 from toolkit.data import calibration_texts, heldout_texts
+from toolkit.devices import resolve_device
 from toolkit.errors import ToolkitError
 from toolkit.manifest import write_manifest
 from toolkit.model.spec import load_model_spec
@@ -105,18 +106,7 @@ def quantize_checkpoint(model_dir: Path, out_dir: Path, settings: QuantizeSectio
 
 def calibration_device(choice: str) -> str:
     """"cuda" or "cpu" for quantize.calib_device: auto takes the GPU when torch sees one."""
-    import torch
-
-    if choice == "cpu":
-        return "cpu"
-    if torch.cuda.is_available():
-        return "cuda"
-    if choice == "cuda":
-        raise ToolkitError("quantize.calib_device is cuda but torch sees no CUDA device "
-                           f"(torch {torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA)",
-                           "calibrate on the CPU (quantize.calib_device: auto or cpu), or run on a GPU machine "
-                           "with a CUDA build of torch (the NGC container's)")
-    return "cpu"
+    return resolve_device(choice, "quantize.calib_device", others="auto or cpu")
 
 
 def _load_model(model_dir: Path):

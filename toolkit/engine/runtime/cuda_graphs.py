@@ -76,22 +76,21 @@ class DecodeGraphs:
         """The step padded to `batch` rows and `blocks` blocks of context, as CPU tensors (step None: all pad)."""
         import torch
 
-        bs = self.runner.block_size
-        n = 0 if step is None else step.num_sequences
+        from toolkit.engine.runtime.model_runner import decode_mask
+
+        width = blocks * self.runner.block_size
         token_ids = torch.zeros(batch, dtype=torch.int64)
         positions = torch.zeros(batch, dtype=torch.int64)
         slots = torch.full((batch,), self.spare_slot, dtype=torch.int64)
-        table = torch.full((batch, blocks), -1, dtype=torch.int64)
+        context_slots = torch.full((batch, width), self.spare_slot, dtype=torch.int64)
         lens = torch.ones(batch, dtype=torch.int64)
-        if n:
+        if step is not None:
+            n = step.num_sequences
             token_ids[:n], positions[:n], slots[:n] = step.token_ids, step.positions, step.slot_mapping
             for row, (ctx, owned) in enumerate(zip(step.context_lens, step.block_tables)):
-                used = -(-ctx // bs)
-                table[row, :used] = torch.tensor(owned[:used], dtype=torch.int64)
+                context_slots[row, :ctx] = self.runner._slots(owned, ctx)
                 lens[row] = ctx
-        context_slots = (table[:, :, None] * bs + torch.arange(bs)).reshape(batch, blocks * bs)
-        context_slots = torch.where(table.repeat_interleave(bs, dim=1) < 0, self.spare_slot, context_slots)
-        mask = (torch.arange(blocks * bs)[None, :] < lens[:, None])[:, None, None, :]
+        mask = decode_mask(lens, width)
         return {"token_ids": token_ids, "positions": positions, "slots": slots, "context_slots": context_slots,
                 "mask": mask}
 

@@ -334,6 +334,11 @@ class Int8Linear(Linear):
         self.weight_sums = values.sum(dim=1, dtype=torch.int32).contiguous() if self.vnni else None
         self.act_quant, self.input_scale = act_quant, input_scale
         self.weight_format = "int8" + ("-a8" if act_quant else "")
+        self.int8pack = int8pack_mm_available(values.device.type)  # the torch path's few-row GEMM (else widened)
+        if not self.int8pack:
+            _say_once("int8pack", f"int8 weights: torch {torch.__version__} has no weight-only int8 GEMM on "
+                                  f"{values.device.type}; each GEMM widens them to the activation dtype (8-bit "
+                                  "weight reads, a 16-bit copy written and read per call)")
         self.weight_bytes = values.numel() + self.scales.numel() * self.scales.element_size()
 
     def __call__(self, x):
@@ -364,13 +369,7 @@ class Int8Linear(Linear):
             widened = self.native.widen_int8(self.weight, self.scales_fp32)
             return _prefill_gemm(self.native, x2, widened, self.act_quant, self.input_scale_value).reshape(*shape[:-1], -1)
         x2 = fake_quant_activation(x2, self.act_quant, self.input_scale)
-        widen = x2.shape[0] >= WIDEN_ROWS and x2.dtype != torch.float32
-        if not widen and not int8pack_mm_available(self.weight.device.type):
-            _say_once("int8pack", f"int8 weights: torch {torch.__version__} has no weight-only int8 GEMM on "
-                                  f"{self.weight.device.type}; each GEMM widens them to {x2.dtype} (8-bit weight "
-                                  f"reads, a {x2.dtype} copy written and read per call)")
-            widen = True
-        if widen:
+        if (x2.shape[0] >= WIDEN_ROWS and x2.dtype != torch.float32) or not self.int8pack:
             # Prefill without the C kernels (or no int8 GEMM on this device): the weights widened to the activation
             # dtype for the dense GEMM.
             y = F.linear(x2, self.weight.to(x2.dtype)) * self.scales

@@ -47,6 +47,13 @@ def default_threads() -> int:
     return max(1, cores // per_core if cores >= 8 else cores)
 
 
+def decode_mask(lens, width: int):
+    """[B, 1, 1, width]: which of each decode row's `width` gathered context slots are its own (the first lens[b])."""
+    import torch
+
+    return (torch.arange(width)[None, :] < lens[:, None])[:, None, None, :]
+
+
 def resolve_dtype(dtype: str, device: str):
     import torch
 
@@ -272,7 +279,7 @@ class ModelRunner:
         longest = max(decode_lens)
         slots = torch.stack([torch.nn.functional.pad(self._slots(t, n), (0, longest - n))
                              for t, n in zip(decode_tables, decode_lens)])
-        mask = (torch.arange(longest)[None, :] < torch.tensor(decode_lens)[:, None])[:, None, None, :]
+        mask = decode_mask(torch.tensor(decode_lens), longest)
         return (torch.tensor(decode_rows, device=self.device), slots.to(self.device), mask.to(self.device)), prefill
 
     def _native_attention_plan(self, step: StepInput):
