@@ -428,3 +428,25 @@ def test_padded_decode_step_is_the_unpadded_step(quantized, tiny_model_dir, qfor
         assert torch.allclose(padded.cache.k[layer][:owned], plain.cache.k[layer], rtol=1e-5, atol=1e-5)
         assert torch.allclose(padded.cache.v[layer][:owned], plain.cache.v[layer], rtol=1e-5, atol=1e-5)
         assert padded.cache.k[layer][owned:].abs().sum() > 0  # the pad rows wrote into the spare block
+
+
+@pytest.mark.parametrize("qformat", ["none", "int4_awq", "fp8"])
+def test_runner_on_the_weight_arena_serves_the_same_logits(quantized, tiny_model_dir, qformat):
+    """The weights moved onto 2 MiB pages (weight_arena.py) before the C decode step takes their addresses:
+    prefill and decode (one C call where the kernels build) read them and give the same logits."""
+    import torch
+
+    from toolkit.engine.runtime.model_runner import ModelRunner
+    from toolkit.engine.runtime.weight_arena import MIN_BYTES
+
+    ckpt = tiny_model_dir if qformat == "none" else quantized(qformat)[0]
+    on, off = (ModelRunner(ckpt, num_blocks=64, block_size=BLOCK, huge_pages=h) for h in (True, False))
+    assert on.weight_arena is not None and off.weight_arena is None
+    start, size = on.weight_arena.buffer.data_ptr(), on.weight_arena.buffer.numel()
+    moved = [t for layer in on.layers for lin in on._linears(layer) for t in vars(lin).values()
+             if isinstance(t, torch.Tensor) and t.numel() * t.element_size() >= MIN_BYTES]
+    assert moved and all(start <= t.data_ptr() < start + size for t in moved)
+    paged = PagedSequences(64)
+    steps = [paged.step({0: PROMPTS[0], 1: PROMPTS[1]})] + [paged.step({0: [11 + i], 1: [40 + i]}) for i in range(3)]
+    for step in steps:
+        assert torch.equal(on.forward(step), off.forward(step))

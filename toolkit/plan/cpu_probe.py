@@ -33,10 +33,11 @@ import sys
 import time
 
 from toolkit.cache import CACHE_ROOT
+from toolkit.engine.runtime.weight_arena import gather_weights
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 20  # bump when the probe measures differently: older caches are measured again
+VERSION = 21  # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
@@ -128,6 +129,7 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
 
     count = max(1, int(stream_bytes // (out_features * in_features * _WEIGHT_BYTES[name])))
     linears = [_kernel(name, out_features, in_features) for _ in range(count)]
+    gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
     tiny = _kernel(name, 16, in_features)[2] if without_call_cost else None
     rates = {}
     for rows in rows_list:
@@ -145,6 +147,7 @@ def _gemv_bytes_s(name: str, mib: int, repeats: int) -> float:
     import torch
 
     nbytes, dtype, fn = _kernel(name, int(mib * 2**20 / (4096 * _WEIGHT_BYTES[name])) // 128 * 128, 4096)
+    gather_weights([fn])  # on 2 MiB pages, as the engine serves its weights
     x = torch.randn(1, 4096, dtype=dtype)
     return nbytes / _best_seconds(lambda: fn(x), repeats)
 

@@ -116,9 +116,11 @@ class _Smoothed:
 class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu", fp8_kernel: str = "auto",
-                 native: bool = True, prompt_gemm_dtype: str | None = None, decode_graphs: str = "auto"):
+                 native: bool = True, prompt_gemm_dtype: str | None = None, decode_graphs: str = "auto",
+                 huge_pages: bool = True):
         """decode_graphs: "auto" replays decode steps from CUDA graphs on a GPU (cuda_graphs.py); "off" never;
-        "padded" runs their padded step without capturing (how the CPU tests check what a graph replays)."""
+        "padded" runs their padded step without capturing (how the CPU tests check what a graph replays).
+        huge_pages: on the CPU, the linears' weights in one buffer on 2 MiB pages (weight_arena.py)."""
         import torch
 
         from toolkit.engine.runtime.kernels import set_prompt_gemm_dtype
@@ -162,6 +164,13 @@ class ModelRunner:
                                   num_kv_heads=s.num_kv_heads, head_dim=s.head_dim, compute_dtype=self.dtype,
                                   kv_cache_dtype=kv_cache_dtype, scales=[layer.kv_scales for layer in ckpt.layers],
                                   device=device, spare_blocks=1 if graphs_mode else 0)
+        self.weight_arena = None
+        if huge_pages and torch.device(device).type == "cpu":  # before the C step takes the weights' addresses
+            from toolkit.engine.runtime.weight_arena import gather_weights
+
+            del ckpt  # the checkpoint's copies go first: the move then holds at most one more copy of each tensor
+            self.weight_arena = gather_weights([*(lin for layer in self.layers for lin in self._linears(layer)),
+                                                self.lm_head])
         self.decoder = self._native_decoder()
         self.graphs = None
         if graphs_mode:
@@ -199,7 +208,8 @@ class ModelRunner:
         amx = [lin.weight_format for layer in self.layers for lin in self._linears(layer) if getattr(lin, "amx", False)]
         return ("fused C (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)"
                 + (f"; {sorted(set(amx))[0]} GEMMs on AMX tiles at every row count" if amx else "")
-                + (f"; decode steps of up to {self.decoder.max_rows} sequences in one C call" if self.decoder else ""))
+                + (f"; decode steps of up to {self.decoder.max_rows} sequences in one C call" if self.decoder else "")
+                + ("; weights on 2 MiB pages" if self.weight_arena and self.weight_arena.huge_pages else ""))
 
     def _native_decoder(self):
         """The decoder layers described for the one-call C decode step (native_kernels.DecodeModel), or None

@@ -1,0 +1,52 @@
+"""The engine's weights gathered into one buffer advised for 2 MiB pages (runtime/weight_arena.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from toolkit.engine.runtime.weight_arena import HUGE_PAGE, MIN_BYTES, gather_weights
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+class _Holder:
+    def __init__(self, **tensors):
+        vars(self).update(tensors)
+
+
+def _in_arena(arena, tensor) -> bool:
+    start = arena.buffer.data_ptr()
+    return start <= tensor.data_ptr() < start + arena.buffer.numel()
+
+
+def test_big_tensors_move_into_one_page_aligned_buffer_with_their_values():
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    shared = torch.randn(256, 256, generator=gen)  # 256 KiB, held by two linears
+    a = _Holder(weight=torch.randint(-128, 127, (300, 333), dtype=torch.int8, generator=gen), scale=torch.rand(300),
+                shared=shared)
+    b = _Holder(weight=torch.randn(128, 1024, generator=gen).to(torch.bfloat16), shared=shared, name="b")
+    expected = {id(h): {k: v.clone() for k, v in vars(h).items() if isinstance(v, torch.Tensor)} for h in (a, b)}
+    arena = gather_weights([a, b])
+    assert arena.tensors == 3 and arena.bytes == 102400 + 262144 + 262144  # 99 900 bytes padded to 25 pages
+    for holder in (a, b):
+        for name, before in expected[id(holder)].items():
+            after = getattr(holder, name)
+            assert after.dtype == before.dtype and after.shape == before.shape and torch.equal(after, before)
+            big = before.numel() * before.element_size() >= MIN_BYTES
+            assert _in_arena(arena, after) == big  # the 1.2 KiB scale stays where it was
+            if big:
+                assert (after.data_ptr() - arena.buffer.data_ptr()) % 4096 == (-arena.buffer.data_ptr()) % 4096
+    assert a.shared.data_ptr() == b.shared.data_ptr()  # moved once, still one tensor
+    first = min(getattr(h, n).data_ptr() for h, n in ((a, "weight"), (a, "shared"), (b, "weight")))
+    assert first % HUGE_PAGE == 0
+    if sys.platform.startswith("linux") and THP.exists():
+        assert arena.huge_pages
+
+
+def test_nothing_to_move_is_none():
+    import torch
+
+    assert gather_weights([_Holder(scale=torch.rand(16))]) is None

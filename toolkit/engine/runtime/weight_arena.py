@@ -1,0 +1,88 @@
+"""The engine's weights on transparent huge pages: one 2 MiB-aligned buffer advised MADV_HUGEPAGE.
+
+A decode step streams every weight byte once. On 4 KiB pages that is one TLB miss and page walk per 4 KiB
+read, and the hardware prefetchers stop at each page boundary; on 2 MiB pages neither happens. Measured on
+the 2-core Zen 4 (2026-11-26, whole decode steps of `small`, the two runners in one process, alternating):
+fp8 7 % faster at 1-2 sequences, int4 4 % at 1, bf16 within noise at 1 and 4 % at 8; a plain 2-thread read
+of 64 MiB 26 -> 29-30 GB/s. Linux backs madvised anonymous memory with huge pages where
+/sys/kernel/mm/transparent_hugepage/enabled is `always` or `madvise` (the default of most distributions);
+with `never`, or on another OS, the weights still move into the one buffer and run on 4 KiB pages.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import sys
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+HUGE_PAGE = 2 << 20
+_MADV_HUGEPAGE = 14  # linux/mman.h
+_ALIGN = 4096  # each tensor starts on a page: the kernels' 64-byte loads never straddle two tensors' pages
+MIN_BYTES = 4096  # a page: smaller tensors (a tiny layer's scales) stay where they are, unpadded
+
+
+@dataclass
+class WeightArena:
+    buffer: object  # torch.uint8 tensor whose storage the views that replaced the weights share (and keep alive)
+    tensors: int
+    bytes: int
+    huge_pages: bool  # whether the kernel accepted the advice (not whether it found free huge pages)
+
+    def describe(self) -> str:
+        pages = "2 MiB pages advised" if self.huge_pages else "4 KiB pages (huge-page advice refused)"
+        return f"{self.tensors} weight tensors, {self.bytes / 2**20:.0f} MiB in one buffer on {pages}"
+
+
+def _advise_huge_pages(address: int, length: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc.madvise(address, length, _MADV_HUGEPAGE) == 0
+
+
+def _key(tensor) -> tuple:
+    return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)
+
+
+def gather_weights(holders) -> WeightArena | None:
+    """Moves every CPU tensor attribute of `holders` (the linears) of at least MIN_BYTES into one buffer
+    advised for huge pages, replacing each attribute with a view of the same shape, dtype and values. Call
+    before anything keeps the old tensors' addresses (the C decode step's description). None where there is
+    nothing to move."""
+    import torch
+
+    found = [(holder, name) for holder in holders for name, tensor in vars(holder).items()
+             if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" and tensor.is_contiguous()
+             and tensor.numel() * tensor.element_size() >= MIN_BYTES]
+    if not found:
+        return None
+    sizes = {}  # a tensor's (address, dtype, shape) -> its bytes rounded up to a page: shared tensors move once
+    for holder, name in found:
+        tensor = getattr(holder, name)
+        sizes[_key(tensor)] = -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
+    span = -(-sum(sizes.values()) // HUGE_PAGE) * HUGE_PAGE
+    # torch.empty leaves the pages untouched, so the advice comes before the first write faults them in.
+    buffer = torch.empty(span + HUGE_PAGE, dtype=torch.uint8)
+    start = (-buffer.data_ptr()) % HUGE_PAGE
+    advised = _advise_huge_pages(buffer.data_ptr() + start, span)
+    offset, moved = start, {}
+    # One tensor at a time, holding no other reference to it: each original is freed as its last holder lets
+    # go, so the move needs little more memory than the buffer (the address keys stay valid: no tensor storage
+    # is allocated meanwhile, the views share the buffer's).
+    for holder, name in found:
+        tensor = getattr(holder, name)
+        key = _key(tensor)
+        if key not in moved:
+            view = buffer[offset:offset + tensor.numel() * tensor.element_size()].view(tensor.dtype)
+            moved[key] = view.view(tensor.shape)
+            moved[key].copy_(tensor)
+            offset += sizes[key]
+        setattr(holder, name, moved[key])
+        del tensor
+    arena = WeightArena(buffer, len(moved), offset - start, advised)
+    log.info("engine weights: %s", arena.describe())
+    return arena
