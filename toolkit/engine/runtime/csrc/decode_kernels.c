@@ -618,7 +618,10 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
  * byte is high enough that loads and unpacking ran one after the other without it (17-19 GB/s streaming where
  * a plain sum read 25-30, the same kernel in cache 38): a step's int4 GEMMs at one row 18-20 % faster, fp8's
  * 8-15 %, bf16's within noise, INT8-SQ's 16 -> 21-24 GB/s (measured 2026-11-24 and -23, perf/ab_kernels.py).
- * From 4 rows up (compute-bound, each weight reused from L1) it made int4 7-38 % slower: there WEIGHT_PREFETCH. */
+ * From 4 rows up (compute-bound, each weight reused from L1) it made int4 7-38 % slower: there WEIGHT_PREFETCH.
+ * bf16 and INT8-SQ take it at every row count: bf16's whole decode steps of `small` at 4, 8 and 16 sequences
+ * ran 25 %, 18 % and 4 % faster with it than with WEIGHT_PREFETCH (2026-11-26, Zen 4, two builds' runners in
+ * one process, alternating); fp8's did not move. */
 #define STREAM_PREFETCH 8192
 #ifdef __AVX512F__
 /* The one prefetch policy of the streaming GEMMs: the weights at `at` fetched STREAM_PREFETCH ahead into L2
@@ -794,7 +797,7 @@ INLINE void bf16_tile(const uint16_t *x, const int rows, int K, const uint16_t *
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     int k = 0;
     for (; k + 32 <= K; k += 32) {
-        prefetch_weights(wrow + k, rows < 4);
+        prefetch_weights(wrow + k, 1);
         __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wrow + k));
         for (int m = 0; m < rows; m++)
             acc[m] = _mm512_dpbf16_ps(acc[m], wv, (__m512bh)_mm512_loadu_si512((const void *)(x + m * K + k)));
