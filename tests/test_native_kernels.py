@@ -152,7 +152,25 @@ def test_runner_with_fused_kernels_equals_its_torch_path_in_fp32(tiny_model_dir)
         assert (fused - reference).abs().max().item() < 1e-4
 
 
-@pytest.mark.parametrize("rows", [1, 3, 8, 13])
+def test_bf16_gemm_rows_do_not_depend_on_the_batch(kernels):
+    """From BF16_BLOCK_MIN rows the bf16 GEMM runs 4 outputs per block, below it one: both sum each output in
+    one order, so a row's result is the same bits at every batch size (and where N % 4 leaves the tile path)."""
+    import torch
+
+    if not kernels.has_bf16_gemm:
+        pytest.skip("this CPU has no AVX512-BF16")
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(31, 768, generator=gen).to(torch.bfloat16)
+    for n in (300, 302):
+        w = torch.randn(n, 768, generator=gen).to(torch.bfloat16)
+        alone = torch.cat([kernels.gemm_bf16(x[i:i + 1], w) for i in range(31)])
+        for rows in (2, 7, 8, 13, 16, 31):
+            assert torch.equal(kernels.gemm_bf16(x[:rows], w), alone[:rows])
+        expected = x.float() @ w.float().t()
+        assert (alone.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 13, 16])
 def test_few_row_gemms_equal_torch(kernels, rows):
     """bf16 (AVX512-BF16 dot products, fp32 accumulation) and int8 (widened in registers) against torch."""
     import torch
