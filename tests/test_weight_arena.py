@@ -43,10 +43,38 @@ def test_big_tensors_move_into_one_page_aligned_buffer_with_their_values():
     first = min(getattr(h, n).data_ptr() for h, n in ((a, "weight"), (a, "shared"), (b, "weight")))
     assert first % HUGE_PAGE == 0
     if sys.platform.startswith("linux") and THP.exists():
-        assert arena.huge_pages
+        assert arena.advised
+        assert 0 <= arena.huge_page_bytes <= arena.bytes  # how much the kernel found huge pages for varies
 
 
 def test_nothing_to_move_is_none():
     import torch
 
     assert gather_weights([_Holder(scale=torch.rand(16))]) is None
+
+
+def test_the_arena_says_where_huge_pages_are_off(monkeypatch):
+    """Where THP is `never` the kernel takes the advice and still maps 4 KiB pages: the description says so,
+    with the setting to change, and the runner does not claim 2 MiB pages."""
+    from toolkit.engine.runtime import weight_arena
+
+    monkeypatch.setattr(weight_arena, "thp_setting", lambda: "never")
+    off = weight_arena.WeightArena(None, 65, 100 << 20, advised=True, huge_page_bytes=0)
+    assert not off.on_huge_pages
+    assert "4 KiB pages" in off.describe() and "never" in off.describe() and "madvise" in off.describe()
+    on = weight_arena.WeightArena(None, 65, 100 << 20, advised=True, huge_page_bytes=98 << 20)
+    assert on.on_huge_pages and "98 MiB of it on 2 MiB pages" in on.describe()
+
+
+def test_huge_page_bytes_are_read_from_smaps_within_the_range():
+    import torch
+
+    from toolkit.engine.runtime.weight_arena import _huge_page_bytes
+
+    buffer = torch.ones(8 << 20, dtype=torch.uint8)
+    got = _huge_page_bytes(buffer.data_ptr(), buffer.data_ptr() + buffer.numel())
+    if not sys.platform.startswith("linux"):
+        assert got is None
+    else:
+        assert 0 <= got <= buffer.numel()
+        assert _huge_page_bytes(0, 4096) == 0  # nothing is mapped at address 0
