@@ -453,7 +453,7 @@ def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_qua
     assert torch.equal(kernels.widen_int8(q, scale), (q.float() * scale[:, None]).to(torch.bfloat16))
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5, 8, 13])
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 13, 16, 31])
 def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows):
     """FP8 on the CPU: the e4m3 bytes turned into bf16 by a shift (times 2^-120) and multiplied by the fp8-rounded
     activations in bf16 dot products: equal to the fp32 product of the exact fp8 values (subnormals, which the

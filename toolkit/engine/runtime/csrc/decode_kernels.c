@@ -1036,23 +1036,28 @@ INLINE __m512bh fp8_as_bf16(__m512i high_bytes) {
 
 /* Two accumulators per row (one per unpacked half): two independent chains of dot products, so that one row
  * does not wait on each instruction's latency; each row's sums run the same way at every tile size. */
-INLINE void fp8_tile(const uint16_t *x, const int rows, int K, const uint8_t *wrow, float scale, uint16_t *y,
-                     int64_t N) {
+INLINE void fp8_tile(const uint16_t *x, const int rows, const int nb, int K, const uint8_t *wrow, const float *scale,
+                     uint16_t *y, int64_t N) {
     const __m512i zero = _mm512_setzero_si512();
     __m512 lo[TILE_M], hi[TILE_M];
-    for (int m = 0; m < rows; m++) lo[m] = hi[m] = _mm512_setzero_ps();
+    for (int i = 0; i < rows * nb; i++) lo[i] = hi[i] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 64) {
-        prefetch_weights(wrow + k, rows <= 2);
-        __m512i bytes = _mm512_loadu_si512((const void *)(wrow + k));
-        __m512bh w0 = fp8_as_bf16(_mm512_unpacklo_epi8(zero, bytes)), w1 = fp8_as_bf16(_mm512_unpackhi_epi8(zero, bytes));
-        for (int m = 0; m < rows; m++) {
-            const uint16_t *xm = x + (int64_t)m * K + k;
-            lo[m] = _mm512_dpbf16_ps(lo[m], w0, (__m512bh)_mm512_loadu_si512((const void *)xm));
-            hi[m] = _mm512_dpbf16_ps(hi[m], w1, (__m512bh)_mm512_loadu_si512((const void *)(xm + 32)));
+        for (int j = 0; j < nb; j++) {
+            const uint8_t *at = wrow + (int64_t)j * K + k;
+            prefetch_weights(at, rows <= 2);
+            __m512i bytes = _mm512_loadu_si512((const void *)at);
+            __m512bh w0 = fp8_as_bf16(_mm512_unpacklo_epi8(zero, bytes)), w1 = fp8_as_bf16(_mm512_unpackhi_epi8(zero, bytes));
+            for (int m = 0; m < rows; m++) {
+                const uint16_t *xm = x + (int64_t)m * K + k;
+                lo[m * nb + j] = _mm512_dpbf16_ps(lo[m * nb + j], w0, (__m512bh)_mm512_loadu_si512((const void *)xm));
+                hi[m * nb + j] = _mm512_dpbf16_ps(hi[m * nb + j], w1, (__m512bh)_mm512_loadu_si512((const void *)(xm + 32)));
+            }
         }
     }
     for (int m = 0; m < rows; m++)
-        y[m * N] = f32_to_bf16(_mm512_reduce_add_ps(_mm512_add_ps(lo[m], hi[m])) * (scale * FP8_OUT_SHIFT));
+        for (int j = 0; j < nb; j++)
+            y[m * N + j] = f32_to_bf16(_mm512_reduce_add_ps(_mm512_add_ps(lo[m * nb + j], hi[m * nb + j])) *
+                                       (scale[j] * FP8_OUT_SHIFT));
 }
 #endif
 
@@ -1065,14 +1070,28 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
     for (int64_t i = 0; i < M * K; i++) xf[i] *= FP8_ACT_SHIFT;
     store_row(xs, 0, xf, (int)(M * K), BF16);
     free(xf);
+    /* past one tile of rows, 2 weight rows per block and passes of up to 4 rows (as gemm_int4) */
+    const int nb = M > TILE_M && N % 2 == 0 ? 2 : 1;
+    const int64_t step = nb == 2 ? (M + (M + 3) / 4 - 1) / ((M + 3) / 4) : TILE_M;
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; n < N; n += nb) {
         const uint8_t *wrow = w + (int64_t)n * K;
-        for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
-            int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
-#define FP8_TILE(R) fp8_tile(xs + m0 * K, R, K, wrow, scale[n], y + m0 * N + n, N)
-            FOR_1_TO_8(rows, FP8_TILE)
+        for (int64_t m0 = 0; m0 < M; m0 += step) {
+            int rows = (int)(M - m0 < step ? M - m0 : step);
+            if (nb == 2) {
+#define FP8_PAIR(R) fp8_tile(xs + m0 * K, R, 2, K, wrow, scale + n, y + m0 * N + n, N)
+                switch (rows) {
+                case 1: FP8_PAIR(1); break;
+                case 2: FP8_PAIR(2); break;
+                case 3: FP8_PAIR(3); break;
+                default: FP8_PAIR(4); break;
+                }
+#undef FP8_PAIR
+            } else {
+#define FP8_TILE(R) fp8_tile(xs + m0 * K, R, 1, K, wrow, scale + n, y + m0 * N + n, N)
+                FOR_1_TO_8(rows, FP8_TILE)
 #undef FP8_TILE
+            }
         }
     }
     free(xs);
