@@ -18,10 +18,13 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   as llama-server's parallel slots), where `bash perf/setup_peers.sh` built it. OpenVINO GenAI's
   LLMPipeline at bf16 / int8 / int4 weights: TTFT and the median step at batch 1, and at B > 1 B prompts
   in one call (its continuous batching), the decode phase's mean step.
-- floor: (weight bytes + KV bytes read) / bandwidth, the bandwidth probed in this run as a decode
-  step reads memory (toolkit.plan.cpu_probe: the fastest batch-1 GEMV streaming 128 MiB), scaled by the
-  working-set factor: a sum's read rate re-reading the step's bytes over its rate on the probe's stream
-  (above 1 where the last-level cache holds part of the weights; the planner applies the same).
+- floor: (weight bytes + KV bytes read) / bandwidth, the bandwidth measured right after each of the
+  format's batch-1 runs (the highest of those): the probe's bandwidth kernel again (toolkit.plan.cpu_probe:
+  the fastest batch-1 GEMV streaming 128 MiB, or a sum), as a decode step streams its weights. Beside it the
+  re-read floor: a sum re-reading a buffer of the step's own size, faster where the last-level cache holds
+  part of it between steps. Not the rates of the probe at the start: this VM's memory runs 27-52 GB/s from
+  one minute to the next (its cache effects with it), and a floor from another minute made the ratio track
+  the VM, not the engine.
 - step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
   stubbed out (dispatch, norms, RoPE, activation rounding, KV writes): the step's fixed cost; the same at
   the largest batch gives a cost per sequence.
@@ -108,7 +111,11 @@ def _median_step(runner, batch: int, isl: int, osl: int) -> float:
 
 
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
-                 threads: int | None = None, repeats: int = 1, device: str = "cpu", **runner_options) -> dict:
+                 threads: int | None = None, repeats: int = 1, device: str = "cpu", read_rate=None,
+                 **runner_options) -> dict:
+    """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
+    memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
+    start's."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
@@ -132,9 +139,13 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     # This VM's speed drifts by up to 1.5x over minutes: best of `repeats`, the batches taken in turn within
     # each repeat so that every batch samples the whole run (not batch 1 in a fast minute, 16 in a slow one).
     medians: dict[int, list[float]] = {batch: [] for batch in batches}
+    result["read_rates"] = []
     for _ in range(repeats):
         for batch in batches:
             medians[batch].append(_median_step(runner, batch, isl, osl))
+            if batch == 1 and read_rate is not None:
+                step_bytes = runner.weight_bytes + (isl + osl / 2) * runner.kv_bytes_per_token
+                result["read_rates"].append(read_rate(step_bytes))
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
     # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
     # sequence (norms, RoPE, SwiGLU, KV writes grow with the batch).
@@ -144,6 +155,29 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
                                   if max(batches) > 1 else 0.0)
     del runner
     return result
+
+
+def _read_rate_now(probe: dict, step_bytes: float) -> tuple[float, float]:
+    """How fast this machine reads memory right now: (the probe's bandwidth kernel over its stream, as a decode
+    step streams weights from DRAM; a sum re-reading a buffer of the step's own size, with whatever the
+    last-level cache holds of it between reads)."""
+    import torch
+
+    from toolkit.plan.cpu_probe import read_bytes_s
+
+    working_set = torch.ones(int(step_bytes) // 4)
+    return (read_bytes_s(probe["bandwidth_kernel"], probe["stream_mib"], 3),
+            working_set.numel() * 4 / _best_of(working_set.sum, 5))
+
+
+def _best_of(fn, repeats: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 class _NoGemm:
@@ -399,12 +433,19 @@ def main() -> None:
             print(f"{qformat}: no checkpoint at {ckpt} (toolkit quantize -c configs/cpu-{args.model}.yaml "
                   f"--qformat {qformat})")
             continue
-        r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats)
+        r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
+                         read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes))
         context = args.isl + args.osl / 2
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
         step_bytes = r["weight_bytes"] + context * r["kv_bytes_per_token"]
-        r["working_set_factor"] = hardware.working_set_factor(step_bytes)
-        r["floor_ms"] = step_bytes / (bandwidth * r["working_set_factor"]) * 1e3
+        r["working_set_factor"] = hardware.working_set_factor(step_bytes)  # the planner's, from the probe
+        # The floors at the fastest the memory read right after this format's batch-1 runs (_read_rate_now):
+        # streaming, and re-reading the step's bytes; the start's probe only where there were none.
+        streams = [stream for stream, _ in r["read_rates"]] or [bandwidth]
+        rereads = [reread for _, reread in r["read_rates"]] or [bandwidth * r["working_set_factor"]]
+        r["floor_bandwidth"], r["reread_bandwidth"] = max(streams), max(rereads)
+        r["floor_ms"] = step_bytes / r["floor_bandwidth"] * 1e3
+        r["reread_floor_ms"] = step_bytes / max(r["reread_bandwidth"], r["floor_bandwidth"]) * 1e3
         # The planner's prediction with this format's step costs beyond the GEMMs as measured here: at batch B
         # the batch-1 cost plus (B - 1) times the cost per sequence.
         per_sequence = r["sequence_cost_ms"] / 1e3 if given_step_cost is None else 0.0
@@ -421,7 +462,9 @@ def main() -> None:
               f"TTFT {r['ttft_ms']:.1f} ms (planner {r['prefill_floor_ms']:.1f})  "
               + "  ".join(f"B{b} {itl[b]:.2f}ms/{b / itl[b] * 1e3:.0f}tok/s (roof x{itl[b] / r['roofline_ms'][b]:.2f})"
                           for b in batches)
-              + f"  floor {r['floor_ms']:.2f} ms (working set x{r['working_set_factor']:.2f}): x{itl[batches[0]] / r['floor_ms']:.2f}"
+              + f"  floor {r['floor_ms']:.2f} ms streaming at {r['floor_bandwidth'] / 1e9:.1f} GB/s: "
+              + f"x{itl[batches[0]] / r['floor_ms']:.2f}; {r['reread_floor_ms']:.2f} ms re-reading the step's bytes at "
+              + f"{r['reread_bandwidth'] / 1e9:.1f}: x{itl[batches[0]] / r['reread_floor_ms']:.2f}"
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence",
               flush=True)
     peers = {}
@@ -456,7 +499,7 @@ def main() -> None:
 
 def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
-            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (working set x) | B=1 / floor | "
+            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor | B=1 / re-read floor (GB/s) | "
             + " | ".join(f"B={b} / roofline" for b in batches)
             + " | planner B=1 ms (error at each B) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")
@@ -471,7 +514,9 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
                      + " | ".join(f"{itl[b]:.2f}" for b in batches)
                      + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq"
-                     + f" | {r['floor_ms']:.2f} (x{r['working_set_factor']:.2f}) | {itl[batches[0]] / r['floor_ms']:.2f} | "
+                     + f" | {r['floor_ms']:.2f} ({r['floor_bandwidth'] / 1e9:.1f}) | "
+                     + f"{itl[batches[0]] / r['floor_ms']:.2f} | "
+                     + f"{itl[batches[0]] / r['reread_floor_ms']:.2f} ({r['reread_bandwidth'] / 1e9:.1f}) | "
                      + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
                      + f" | {planner:.2f} ({errors} %) | {'; '.join(peer) or '-'}"
                      + f" | {'; '.join(batched) or '-'} | {_openvino_cell(openvino.get(OV_FOR[q]), OV_FOR[q], itl, batches)} |")

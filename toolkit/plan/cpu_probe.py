@@ -142,7 +142,18 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
     return rates
 
 
-def _gemv_bytes_s(name: str, mib: int, repeats: int) -> float:
+def read_bytes_s(kernel: str, mib: int, repeats: int) -> float:
+    """The probe's bandwidth measured again as it was found (its `bandwidth_kernel`): a GEMV kernel's batch-1 read
+    rate over `mib` MiB, or for `sum` a torch sum over that many MiB."""
+    import torch
+
+    if kernel != "sum":
+        return gemv_bytes_s(kernel, mib, repeats)
+    part = torch.ones(mib * 2**18)
+    return mib * 2**20 / _best_seconds(part.sum, repeats)
+
+
+def gemv_bytes_s(name: str, mib: int, repeats: int) -> float:
     """Bytes/s of kernel `name` at batch 1 over one [out, 4096] weight of about `mib` MiB, called again and again."""
     import torch
 
@@ -160,8 +171,8 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # a large last-level cache holds, re-read (a compute-bound kernel, int4 here, runs no faster there; a
     # memory-bound one, INT8-SQ's, up to 2x on a 260 MiB-L3 Xeon).
     for name in KERNELS:
-        figures[f"gemv_bytes_s_{name}"] = _gemv_bytes_s(name, stream_mib, repeats)
-        figures[f"cached_gemv_bytes_s_{name}"] = _gemv_bytes_s(name, CACHED_MIB, repeats)
+        figures[f"gemv_bytes_s_{name}"] = gemv_bytes_s(name, stream_mib, repeats)
+        figures[f"cached_gemv_bytes_s_{name}"] = gemv_bytes_s(name, CACHED_MIB, repeats)
     # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
     # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
     # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
