@@ -287,7 +287,10 @@ class Int4Linear(Linear):
     def __call__(self, x):
         import torch
 
-        x = fake_quant_activation(x, self.act_quant, self.input_scale)
+        if self.act_quant is not None and self.native is not None:  # in C, as the fp8 and INT8-SQ prompt rows
+            x = self.native.round_activations(x, self.act_quant, float(self.input_scale))
+        else:
+            x = fake_quant_activation(x, self.act_quant, self.input_scale)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if self.amx:
