@@ -39,14 +39,16 @@ _FP8_MAX = 448.0
 _INT8_MAX = 127.0
 WIDEN_ROWS = 32  # from this many rows (prefill chunks), 8-bit weights are widened per call for the dense GEMM
 # Up to this many rows the fused C GEMMs (native_kernels.py) beat torch's, measured on `small`'s shapes
-# streaming from memory (perf/README.md): bf16 2.8x at 1 row, 1.4x at 8, even at 16; int8 1.6x at 1, 1.3x at 8,
-# slower at 16. (int4: theirs from 1 row up to WIDEN_ROWS, where widening to bf16 takes over.)
-NATIVE_BF16_ROWS = 8
+# streaming from memory (perf/README.md): int8 1.6x at 1, 1.3x at 8, slower at 16. bf16 since its 6x4 register
+# blocks (2026-11-26, Zen 4, a step's GEMMs): 2.0x oneDNN at 8 rows, 1.7x at 16, 1.3x at 31, 1.1x at 48; up to
+# WIDEN_ROWS - 1, so prompt chunks from WIDEN_ROWS keep oneDNN. (int4: theirs from 1 row up to WIDEN_ROWS,
+# where widening to bf16 takes over.)
+NATIVE_BF16_ROWS = 31
 NATIVE_INT8_ROWS = 8
 # A whole decode step in one C call (csrc/decode_step.c) saves ~1 ms of Python per step, so it takes the
 # C GEMMs to more rows than a lone linear would: measured on `small`, 16 sequences bf16 31.8 vs 34.5 ms,
 # int4 24.9 vs 26.2; int8 on the widening kernel 47.5 vs 42.4 (so int8 stays at its own limit).
-STEP_BF16_ROWS = 16
+STEP_BF16_ROWS = NATIVE_BF16_ROWS
 NATIVE_INT8_VNNI_ROWS = 16  # INT8-SQ's integer kernel (VNNI)
 NATIVE_FP8_ROWS = 16  # FP8's kernel: bf16 dot products as the bf16 GEMM's, on half the bytes
 # The AMX kernels take any row count: their weights, in tiles, stay in L2 across a prompt's 16-row chunks, and on
