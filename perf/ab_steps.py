@@ -1,0 +1,74 @@
+"""A/B whole decode steps of two builds of the engine in one process, in alternating order.
+
+perf/ab_kernels.py times a step's GEMMs called one by one from Python (~6 us a call), which hides one-row
+differences that whole steps show, and misses everything between the GEMMs. Here each build's own ModelRunner
+(its toolkit package imported afresh from its tree, its C kernels built from its csrc) loads the same checkpoint,
+and their decode steps (perf/engine_bench.py's median step) are timed in turn, the order alternating every
+repeat; best of --repeats each. Sequential runs of two builds compare this VM's minutes, not the code: one
+unchanged path moved -10 % and +17 % in two such runs (2026-11-26).
+
+    git worktree add /tmp/base HEAD~1
+    .venv/bin/python perf/ab_steps.py --base /tmp/base --qformat int4_awq --batches 1,8,16
+
+Prints, per batch, both builds' step and the ratio (new / base).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_runner(tree: Path, checkpoint: Path, max_batch: int):
+    """(runner, that tree's engine_bench module): a ModelRunner of the tree at `tree`, warmed up."""
+    for name in [m for m in sys.modules if m in ("toolkit", "engine_bench") or m.startswith("toolkit.")]:
+        del sys.modules[name]
+    paths = [str(tree), str(tree / "perf")]
+    sys.path[:0] = paths
+    try:
+        import engine_bench
+        from toolkit.engine.runtime.model_runner import ModelRunner
+
+        runner = ModelRunner(checkpoint, num_blocks=64 * max_batch, block_size=engine_bench.BLOCK, native=True)
+        runner.warm_up(max_batch, 128)
+    finally:
+        del sys.path[:len(paths)]
+    return runner, engine_bench
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", type=Path, required=True, help="a checkout (worktree) of the build to compare against")
+    parser.add_argument("--new", type=Path, default=ROOT, help="the build under test (default: this tree)")
+    parser.add_argument("--qformat", default="none", help="the checkpoint build/checkpoints/<model>-<qformat>")
+    parser.add_argument("--model", default="small")
+    parser.add_argument("--batches", default="1,2,4,8,16")
+    parser.add_argument("--isl", type=int, default=128)
+    parser.add_argument("--osl", type=int, default=32, help="decode steps per timed run (their median counts)")
+    parser.add_argument("--repeats", type=int, default=8)
+    args = parser.parse_args()
+    checkpoint = ROOT / "build" / "checkpoints" / f"{args.model}-{args.qformat}"
+    if not checkpoint.is_dir():
+        raise SystemExit(f"no checkpoint at {checkpoint} (toolkit quantize -c configs/cpu-{args.model}.yaml "
+                         f"--qformat {args.qformat})")
+    batches = [int(b) for b in args.batches.split(",")]
+    builds = [load_runner(tree.resolve(), checkpoint, max(batches)) for tree in (args.base, args.new)]
+    best = {(i, b): float("inf") for i in (0, 1) for b in batches}
+    for repeat in range(args.repeats):
+        for batch in batches:
+            for i in ((0, 1) if repeat % 2 == 0 else (1, 0)):
+                runner, bench = builds[i]
+                best[(i, batch)] = min(best[(i, batch)], bench._median_step(runner, batch, args.isl, args.osl))
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.model}-{args.qformat} "
+          f"({builds[1][0].weight_format}), decode step median of {args.osl}, best of {args.repeats}, order alternating")
+    for batch in batches:
+        base, new = best[(0, batch)] * 1e3, best[(1, batch)] * 1e3
+        print(f"B={batch:2d}: base {base:7.3f} ms  new {new:7.3f} ms  new/base {new / base:.3f}")
+
+
+if __name__ == "__main__":
+    main()
