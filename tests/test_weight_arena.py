@@ -47,6 +47,17 @@ def test_big_tensors_move_into_one_page_aligned_buffer_with_their_values():
         assert 0 <= arena.huge_page_bytes <= arena.bytes  # how much the kernel found huge pages for varies
 
 
+def test_a_tied_embedding_moves_once_with_the_lm_head():
+    """The runner passes itself too: its embedding, when tied, is the lm_head's tensor and must stay one tensor."""
+    import torch
+
+    tied = torch.randn(512, 128)
+    lm_head, runner = _Holder(weight=tied), _Holder(embed=tied, cos=torch.randn(64, 32))
+    arena = gather_weights([lm_head, runner])
+    assert runner.embed.data_ptr() == lm_head.weight.data_ptr() and _in_arena(arena, runner.embed)
+    assert arena.tensors == 2 and torch.equal(runner.embed, tied)
+
+
 def test_nothing_to_move_is_none():
     import torch
 

@@ -169,8 +169,10 @@ class ModelRunner:
             from toolkit.engine.runtime.weight_arena import gather_weights
 
             del ckpt  # the checkpoint's copies go first: the move then holds at most one more copy of each tensor
+            # The runner's own tensors too (the embedding, RoPE tables, final norm): a tied embedding is the
+            # lm_head's tensor, and moving only the lm_head's would have kept a second copy of it.
             self.weight_arena = gather_weights([*(lin for layer in self.layers for lin in self._linears(layer)),
-                                                self.lm_head])
+                                                self.lm_head, self])
         self.decoder = self._native_decoder()
         self.graphs = None
         if graphs_mode:
