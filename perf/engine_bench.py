@@ -140,12 +140,13 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     # each repeat so that every batch samples the whole run (not batch 1 in a fast minute, 16 in a slow one).
     medians: dict[int, list[float]] = {batch: [] for batch in batches}
     result["read_rates"] = []
+    # What a batch-1 step reads: the weights and the KV cache at the decode's mean context.
+    result["step_bytes"] = runner.weight_bytes + (isl + osl / 2) * runner.kv_bytes_per_token
     for _ in range(repeats):
         for batch in batches:
             medians[batch].append(_median_step(runner, batch, isl, osl))
             if batch == 1 and read_rate is not None:
-                step_bytes = runner.weight_bytes + (isl + osl / 2) * runner.kv_bytes_per_token
-                result["read_rates"].append(read_rate(step_bytes))
+                result["read_rates"].append(read_rate(result["step_bytes"]))
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
     # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
     # sequence (norms, RoPE, SwiGLU, KV writes grow with the batch).
@@ -163,21 +164,10 @@ def _read_rate_now(probe: dict, step_bytes: float) -> tuple[float, float]:
     last-level cache holds of it between reads)."""
     import torch
 
-    from toolkit.plan.cpu_probe import read_bytes_s
+    from toolkit.plan.cpu_probe import read_bytes_s, sum_bytes_s
 
-    working_set = torch.ones(int(step_bytes) // 4)
     return (read_bytes_s(probe["bandwidth_kernel"], probe["stream_mib"], 3),
-            working_set.numel() * 4 / _best_of(working_set.sum, 5))
-
-
-def _best_of(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+            sum_bytes_s(torch.ones(int(step_bytes) // 4), 5))
 
 
 class _NoGemm:
@@ -437,7 +427,7 @@ def main() -> None:
                          read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes))
         context = args.isl + args.osl / 2
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
-        step_bytes = r["weight_bytes"] + context * r["kv_bytes_per_token"]
+        step_bytes = r["step_bytes"]
         r["working_set_factor"] = hardware.working_set_factor(step_bytes)  # the planner's, from the probe
         # The floors at the fastest the memory read right after this format's batch-1 runs (_read_rate_now):
         # streaming, and re-reading the step's bytes; the start's probe only where there were none.

@@ -142,6 +142,11 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
     return rates
 
 
+def sum_bytes_s(tensor, repeats: int) -> float:
+    """Bytes/s of a torch sum reading `tensor` again and again (best of `repeats`)."""
+    return tensor.nbytes / _best_seconds(tensor.sum, repeats)
+
+
 def read_bytes_s(kernel: str, mib: int, repeats: int) -> float:
     """The probe's bandwidth measured again as it was found (its `bandwidth_kernel`): a GEMV kernel's batch-1 read
     rate over `mib` MiB, or for `sum` a torch sum over that many MiB."""
@@ -149,8 +154,7 @@ def read_bytes_s(kernel: str, mib: int, repeats: int) -> float:
 
     if kernel != "sum":
         return gemv_bytes_s(kernel, mib, repeats)
-    part = torch.ones(mib * 2**18)
-    return mib * 2**20 / _best_seconds(part.sum, repeats)
+    return sum_bytes_s(torch.ones(mib * 2**18), repeats)
 
 
 def gemv_bytes_s(name: str, mib: int, repeats: int) -> float:
@@ -196,7 +200,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     buffer = torch.ones(max(sizes) * 2**18)
     for mib in sizes:
         part = buffer[: mib * 2**18]
-        figures[f"read_bytes_s_at_{mib}"] = mib * 2**20 / _best_seconds(part.sum, repeats)
+        figures[f"read_bytes_s_at_{mib}"] = sum_bytes_s(part, repeats)
     figures["read_bytes_s_sum"] = figures[f"read_bytes_s_at_{stream_mib}"]
     del buffer, part
     # Decode attention (the engine's fused kernel): query heads × context tokens per second, 8 sequences of

@@ -260,6 +260,7 @@ class Int4Linear(Linear):
         self.group_size = group_size
         self.device = values.device
         self.act_quant, self.input_scale = act_quant, input_scale
+        self.input_scale_value = 1.0 if input_scale is None else float(input_scale)
         self.weight_format = f"int4-g{group_size}" + ("-a8" if act_quant else "")
         self.native = None
         self.amx = False
@@ -290,7 +291,7 @@ class Int4Linear(Linear):
         import torch
 
         if self.act_quant is not None and self.native is not None:  # in C, as the fp8 and INT8-SQ prompt rows
-            x = self.native.round_activations(x, self.act_quant, float(self.input_scale))
+            x = self.native.round_activations(x, self.act_quant, self.input_scale_value)
         else:
             x = fake_quant_activation(x, self.act_quant, self.input_scale)
         shape = x.shape
@@ -312,12 +313,13 @@ class Int4Linear(Linear):
 
         if self.native is None:
             return None
-        input_scale = 1.0 if self.input_scale is None else float(self.input_scale)
         if self.amx:
             return NativeLinear(LIN_INT4_AMX, self.packed, self.out_features, self.in_features, AMX_ROWS,
-                                self.group_scales, group=self.group_size, act_quant=self.act_quant, input_scale=input_scale)
+                                self.group_scales, group=self.group_size, act_quant=self.act_quant,
+                                input_scale=self.input_scale_value)
         return NativeLinear(LIN_INT4, self.packed, self.out_features, self.in_features, WIDEN_ROWS - 1,
-                            self.scales_fp32, group=self.group_size, act_quant=self.act_quant, input_scale=input_scale)
+                            self.scales_fp32, group=self.group_size, act_quant=self.act_quant,
+                            input_scale=self.input_scale_value)
 
 
 class Int8Linear(Linear):

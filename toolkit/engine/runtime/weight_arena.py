@@ -97,13 +97,13 @@ def gather_weights(holders) -> WeightArena | None:
 
     found = [(holder, name) for holder in holders for name, tensor in vars(holder).items()
              if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" and tensor.is_contiguous()
-             and tensor.numel() * tensor.element_size() >= MIN_BYTES]
+             and tensor.nbytes >= MIN_BYTES]
     if not found:
         return None
     sizes = {}  # a tensor's (address, dtype, shape) -> its bytes rounded up to a page: shared tensors move once
     for holder, name in found:
         tensor = getattr(holder, name)
-        sizes[_key(tensor)] = -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
+        sizes[_key(tensor)] = -(-tensor.nbytes // _ALIGN) * _ALIGN
     span = -(-sum(sizes.values()) // HUGE_PAGE) * HUGE_PAGE
     # torch.empty leaves the pages untouched, so the advice comes before the first write faults them in.
     buffer = torch.empty(span + HUGE_PAGE, dtype=torch.uint8)
@@ -117,8 +117,7 @@ def gather_weights(holders) -> WeightArena | None:
         tensor = getattr(holder, name)
         key = _key(tensor)
         if key not in moved:
-            view = buffer[offset:offset + tensor.numel() * tensor.element_size()].view(tensor.dtype)
-            moved[key] = view.view(tensor.shape)
+            moved[key] = buffer[offset:offset + tensor.nbytes].view(tensor.dtype).view(tensor.shape)
             moved[key].copy_(tensor)
             offset += sizes[key]
         setattr(holder, name, moved[key])
