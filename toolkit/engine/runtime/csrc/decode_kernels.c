@@ -34,6 +34,30 @@ enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
     case 7: CALL(7); break; \
     default: CALL(8); break; \
     }
+/* The same for blocks whose accumulators allow fewer rows (n at most 4 or 6). */
+#define FOR_1_TO_4(n, CALL) \
+    switch (n) {            \
+    case 1: CALL(1); break; \
+    case 2: CALL(2); break; \
+    case 3: CALL(3); break; \
+    default: CALL(4); break; \
+    }
+#define FOR_1_TO_6(n, CALL) \
+    switch (n) {            \
+    case 1: CALL(1); break; \
+    case 2: CALL(2); break; \
+    case 3: CALL(3); break; \
+    case 4: CALL(4); break; \
+    case 5: CALL(5); break; \
+    default: CALL(6); break; \
+    }
+
+/* Rows per pass where M rows run in passes of at most `most`: split evenly (8 rows as 4 + 4 at most 6, not
+ * 6 + 2: a short pass reuses the weights it loaded little). */
+static inline int64_t rows_per_pass(int64_t M, int64_t most) {
+    const int64_t passes = (M + most - 1) / most;
+    return (M + passes - 1) / passes;
+}
 
 static float fp8_table[256];
 static int fp8_ready = 0;
@@ -851,21 +875,13 @@ INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t 
 void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, uint16_t *y) {
 #if defined(__AVX512BF16__)
     if (M >= BF16_BLOCK_MIN && N % 4 == 0 && K % 32 == 0) {
-        /* rows split evenly over the passes (8 rows as 4 + 4, not 6 + 2: a short pass reuses its weights little) */
-        const int64_t passes = (M + BF16_BLOCK_ROWS - 1) / BF16_BLOCK_ROWS, per_pass = (M + passes - 1) / passes;
+        const int64_t per_pass = rows_per_pass(M, BF16_BLOCK_ROWS);
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n += 4)
             for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
                 int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
 #define BF16_BLOCK(R) bf16_block(x + m0 * K, R, K, w + (int64_t)n * K, y + m0 * N + n, N)
-                switch (rows) { /* FOR_1_TO_8 would build 7 and 8 rows, past the 24 accumulators */
-                case 1: BF16_BLOCK(1); break;
-                case 2: BF16_BLOCK(2); break;
-                case 3: BF16_BLOCK(3); break;
-                case 4: BF16_BLOCK(4); break;
-                case 5: BF16_BLOCK(5); break;
-                default: BF16_BLOCK(6); break;
-                }
+                FOR_1_TO_6(rows, BF16_BLOCK)
 #undef BF16_BLOCK
             }
         return;
@@ -949,7 +965,7 @@ void gemm_int4(const uint16_t *x, int64_t M, int K, const uint8_t *w, const floa
      * tiles of 1 weight row; at 4 and 8 sequences 7-9 % slower, so those keep the tile; passes of 6, with 12
      * accumulators a block, spilled: 30 % slower at 8. 2026-11-26, Zen 4, two builds alternating in one process) */
     const int nb = M == 1 && N % 4 == 0 ? 4 : (M == 2 || M > TILE_M) && N % 2 == 0 ? 2 : 1;
-    const int64_t passes = (M + 3) / 4, per_pass = (M + passes - 1) / passes;
+    const int64_t per_pass = rows_per_pass(M, 4);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n += nb) {
         const uint8_t *wrow = w + (int64_t)n * (K / 2);
@@ -960,12 +976,7 @@ void gemm_int4(const uint16_t *x, int64_t M, int K, const uint8_t *w, const floa
             for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
                 int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
 #define INT4_PAIR(R) int4_block(x + m0 * K, R, 2, K, wrow, srow, group, table, y + m0 * N + n, N)
-                switch (rows) {
-                case 1: INT4_PAIR(1); break;
-                case 2: INT4_PAIR(2); break;
-                case 3: INT4_PAIR(3); break;
-                default: INT4_PAIR(4); break;
-                }
+                FOR_1_TO_4(rows, INT4_PAIR)
 #undef INT4_PAIR
             }
         else
@@ -1072,26 +1083,18 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
     free(xf);
     /* past one tile of rows, 2 weight rows per block and passes of up to 4 rows (as gemm_int4) */
     const int nb = M > TILE_M && N % 2 == 0 ? 2 : 1;
-    const int64_t step = nb == 2 ? (M + (M + 3) / 4 - 1) / ((M + 3) / 4) : TILE_M;
+    const int64_t per_pass = nb == 2 ? rows_per_pass(M, 4) : TILE_M;
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n += nb) {
         const uint8_t *wrow = w + (int64_t)n * K;
-        for (int64_t m0 = 0; m0 < M; m0 += step) {
-            int rows = (int)(M - m0 < step ? M - m0 : step);
-            if (nb == 2) {
+        for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
+            int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
 #define FP8_PAIR(R) fp8_tile(xs + m0 * K, R, 2, K, wrow, scale + n, y + m0 * N + n, N)
-                switch (rows) {
-                case 1: FP8_PAIR(1); break;
-                case 2: FP8_PAIR(2); break;
-                case 3: FP8_PAIR(3); break;
-                default: FP8_PAIR(4); break;
-                }
-#undef FP8_PAIR
-            } else {
 #define FP8_TILE(R) fp8_tile(xs + m0 * K, R, 1, K, wrow, scale + n, y + m0 * N + n, N)
-                FOR_1_TO_8(rows, FP8_TILE)
+            if (nb == 2) FOR_1_TO_4(rows, FP8_PAIR)
+            else FOR_1_TO_8(rows, FP8_TILE)
+#undef FP8_PAIR
 #undef FP8_TILE
-            }
         }
     }
     free(xs);
