@@ -89,16 +89,18 @@ class Controller:
                 return
             index = max(self.ready, key=lambda i: self.ready[i].started)  # the newest goes first
             replica = self.draining[index] = self.ready.pop(index)
+        # What is in flight as the drain begins, read before it does (not in the drain's thread after haproxy's
+        # command: short streams on the faster CPU engine had ended by then, recording a drain of nothing). A
+        # replica busy with those streams can be slow to answer a scrape on two shared cores; a timed-out
+        # scrape reads as 0, hence the long timeout.
+        at_drain = in_flight(replica, timeout_s=15.0)
+        began = time.perf_counter()
         self.haproxy.drain(index)
-        thread = threading.Thread(target=self._drain, args=(index, replica), daemon=True)
+        thread = threading.Thread(target=self._drain, args=(index, replica, at_drain, began), daemon=True)
         thread.start()
         self._threads.append(thread)
 
-    def _drain(self, index: int, replica: Replica) -> None:
-        began = time.perf_counter()
-        # A replica busy with the streams being drained can be slow to answer a scrape on two shared cores;
-        # a timed-out scrape reads as 0, which here would record a drain of nothing.
-        at_drain = in_flight(replica, timeout_s=15.0)
+    def _drain(self, index: int, replica: Replica, at_drain: float, began: float) -> None:
         deadline = began + self.drain_timeout_s
         while time.perf_counter() < deadline:
             sessions = self.haproxy.stats().get(f"r{index}", {}).get("scur", 0)
