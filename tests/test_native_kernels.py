@@ -210,6 +210,34 @@ def test_int4_gemm_and_its_bf16_widening_equal_the_dequantized_weights(kernels, 
     assert (got - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
 
 
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 16, 31])
+def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch(kernels, rows):
+    """gemm_int4_a8: x rounded to int8 per 128 inputs (scale max |x| / 127, to nearest even), times the int4 weights
+    exactly in integers, then the two scales in fp32: equal to that product in float up to fp32 summation and the
+    output's bf16 rounding; and each row's result is the same bits alone as inside a batch."""
+    import torch
+
+    if not kernels.has_int4_a8:
+        pytest.skip("this CPU has no AVX512-VNNI + AVX512-BF16: INT4-AWQ keeps bf16 activations")
+    gen = torch.Generator().manual_seed(rows)
+    n, k = 96, 768
+    values = torch.randint(-8, 8, (n, k), generator=gen)
+    scales = torch.rand(n, k // 128, generator=gen) * 0.1
+    packed = kernels.pack_int4(values)
+    x = (torch.randn(rows, k, generator=gen) * 3).to(torch.bfloat16)
+    x[0, :128] = 0  # an all-zero group (scale 1, all zeros)
+    groups = x.float().reshape(rows, -1, 128)
+    step = (groups.abs().amax(-1, keepdim=True) / 127).where(groups.abs().amax(-1, keepdim=True) > 0, torch.ones(1))
+    rounded = (torch.round(groups / step) * step).reshape(rows, k)
+    dequantized = (values.float().reshape(n, -1, 128) * scales[:, :, None]).reshape(n, k)
+    expected = rounded @ dequantized.t()
+    got = kernels.gemm_int4(x, packed, scales, 128, int8_activations=True)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+    for row in {0, rows - 1}:
+        assert torch.equal(kernels.gemm_int4(x[row:row + 1], packed, scales, 128, int8_activations=True), got[row:row + 1])
+
 def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     """Decode-sized inputs go to the C GEMMs, prefill-sized ones to torch's (faster there, measured)."""
     import torch

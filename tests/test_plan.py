@@ -302,7 +302,7 @@ SMALL = ModelSpec("small", hidden_size=768, num_layers=16, num_heads=12, num_kv_
                   intermediate_size=2048, vocab_size=4096)
 # Fixed figures (not measured) so that the arithmetic below is exact.
 PROBE = {"bandwidth_bytes_s": 30e9,
-         "flops": {"fp32": 50e9, "bf16": 200e9, "int8a8": 100e9, "fp8": 100e9, "int4": 100e9},
+         "flops": {"fp32": 50e9, "bf16": 200e9, "int8a8": 100e9, "fp8": 100e9, "int4": 100e9, "w4a8": 100e9},
          "memory_bytes": 24e9, "spread": {"x": 0.05}, "rounds": 3, "threads": 2, "cpu": "test", "measured": "2026"}
 
 
@@ -422,7 +422,8 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_probe, "measure_cpu", functools.partial(cpu_probe.measure_cpu, rounds=2,
                                                                     stream_mib=4, repeats=1))
     first = cpu_probe.cpu_probe()
-    kernels = {"fp32", "bf16", "int8a8", "fp8", "int4"}
+    kernels = set(cpu_probe.KERNELS)
+    assert {"fp32", "bf16", "int8a8", "fp8", "int4", "w4a8"} <= kernels
     assert set(first["flops"]) == kernels and all(v > 0 for v in first["flops"].values())
     assert set(first["decode_flops"]) == kernels
     assert set(first["prefill_flops"]) == kernels and all(v > 0 for v in first["prefill_flops"].values())

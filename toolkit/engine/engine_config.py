@@ -35,6 +35,7 @@ class EngineConfig:
     # CPU: what prompt chunks' bf16 GEMMs compute in, chosen by timing at `toolkit build` ("auto" until then)
     prompt_gemm_dtype: str = "auto"
     device: str = "cpu"  # the embedded engine's torch device (cpu, cuda)
+    int4_activations: str = "auto"  # CPU engine, INT4-AWQ decode rows (config.EngineSection)
 
     @classmethod
     def from_deployment(cls, config: DeploymentConfig) -> "EngineConfig":
@@ -46,7 +47,7 @@ class EngineConfig:
                    enable_chunked_context=e.enable_chunked_context, enable_kv_cache_reuse=e.enable_kv_cache_reuse,
                    batch_scheduler_policy=e.batch_scheduler_policy,
                    max_draft_len=e.max_draft_len if e.speculative_decoding == "ngram" else 0, dtype=e.dtype,
-                   device=e.device)
+                   device=e.device, int4_activations=e.int4_activations)
 
     def write(self, engine_dir: Path) -> Path:
         path = Path(engine_dir) / ENGINE_CONFIG_FILE

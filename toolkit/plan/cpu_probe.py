@@ -37,11 +37,15 @@ from toolkit.engine.runtime.weight_arena import gather_weights
 from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
-VERSION = 21  # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages)
+# bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages; 22: INT4-AWQ
+# on its int4 x int8 kernel, W4A8 probed apart)
+VERSION = 22
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
-# where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run).
-KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4")
-_WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5}
+# where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
+# int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (int4 x bf16 activations
+# rounded to fp8).
+KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4", "w4a8")
+_WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5, "w4a8": 0.5}
 # Working-set sizes at which a sum's read rate is probed: a decode step re-reads the same weights every step, so
 # where they fit in the last-level cache (a Xeon here had 260 MiB of L3: a 128 MiB sum read 30-48 GB/s, 64 MiB 54,
 # 256 MiB and up 27-29, 2026-11-24) a step reads faster than from DRAM. Where a step's bytes fall on this curve
@@ -110,10 +114,11 @@ def _kernel(name: str, out_features: int, in_features: int):
         linear = kernels.fp8_linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, "fp8",
                                     torch.tensor(0.01), native=native)
         return linear.weight_bytes, torch.bfloat16, linear
-    if name == "int4":
+    if name in ("int4", "w4a8"):
         values = torch.randint(-8, 8, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
         scales = torch.rand(block * repeats, in_features // INT4_GROUP) * 0.01
-        linear = kernels.Int4Linear(values, scales, INT4_GROUP, torch.bfloat16, native=native)
+        act_quant, input_scale = ("fp8", torch.tensor(0.01)) if name == "w4a8" else (None, None)
+        linear = kernels.Int4Linear(values, scales, INT4_GROUP, torch.bfloat16, act_quant, input_scale, native=native)
         return linear.weight_bytes, torch.bfloat16, linear
     raise ValueError(name)
 

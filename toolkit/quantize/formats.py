@@ -80,13 +80,16 @@ QFORMATS: dict[str, QuantFormat] = {f.name: f for f in [
     QuantFormat("int4_awq", weight_dtype="int4", group_size=_INT4_GROUP, scale_dtype="fp16", gpu_compute="bf16",
                 gpu_requirement="W4A16 kernels (Ampere and later)", modelopt_config="INT4_AWQ_CFG",
                 calibration_needs_cuda=False, trtllm_quant_algo="W4A16_AWQ", trtllm_gemm_plugin="auto",
-                cpu_kernel="int4", cpu_note="packed int4, group 128, on the int4 weight-only kernel"),
+                cpu_kernel="int4",
+                cpu_note="packed int4, group 128; decode rows on an int4 x int8 kernel (activations rounded to int8 "
+                         "per 128 inputs, AVX512-VNNI; engine.int4_activations: bf16 keeps them exact), prompts on "
+                         "the weights widened to bf16"),
     QuantFormat("w4a8_awq", weight_dtype="int4", group_size=_INT4_GROUP, scale_dtype="fp16", gpu_compute="fp8",
                 gpu_requirement="fp8 tensor cores (Ada, Hopper, Blackwell)", modelopt_config="W4A8_AWQ_BETA_CFG",
                 calibration_needs_cuda=False, trtllm_quant_algo="W4A8_AWQ", trtllm_gemm_plugin="auto",
-                cpu_kernel="int4",
-                cpu_note="packed int4, group 128, on the int4 weight-only kernel, activations rounded to fp8 "
-                         "as calibrated"),
+                cpu_kernel="w4a8",
+                cpu_note="packed int4, group 128, on the int4 x bf16 kernel, activations rounded to fp8 as "
+                         "calibrated (exact in bf16)"),
     QuantFormat("nvfp4", weight_dtype="fp4", group_size=_NVFP4_GROUP, scale_dtype="fp8", gpu_compute="fp4",
                 gpu_requirement="fp4 tensor cores (Blackwell)", modelopt_config="NVFP4_DEFAULT_CFG",
                 calibration_needs_cuda=True, trtllm_quant_algo="NVFP4", trtllm_gemm_plugin="nvfp4",

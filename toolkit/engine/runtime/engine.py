@@ -374,7 +374,8 @@ def open_engine(engine_dir, *, threads: int | None = None, device: str | None = 
                          block_size=limits["tokens_per_block"], kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
                          dtype=limits.get("dtype", "auto"), threads=threads,
                          device=device or limits.get("device", "cpu"),
-                         prompt_gemm_dtype=limits.get("prompt_gemm_dtype"))
+                         prompt_gemm_dtype=limits.get("prompt_gemm_dtype"),
+                         int4_activations=limits.get("int4_activations", "auto"))
     config = SchedulerConfig(
         max_batch_size=limits["max_batch_size"], max_num_tokens=limits["max_num_tokens"],
         max_seq_len=limits["max_seq_len"], block_size=limits["tokens_per_block"], num_blocks=limits["kv_cache_blocks"],

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
 
 from toolkit.engine.runtime.checkpoint import LinearWeights
 
@@ -253,9 +254,12 @@ class Int4Linear(Linear):
     on the weights widened to bf16 per call (twice as fast as torch's int4 kernel at 128 rows).
     Otherwise torch's CPU tile layout and `_weight_int4pack_mm_for_cpu`."""
 
-    def __init__(self, values, scales, group_size: int, dtype, act_quant=None, input_scale=None, native=None):
+    def __init__(self, values, scales, group_size: int, dtype, act_quant=None, input_scale=None, native=None,
+                 int4_activations: str = "auto"):
         import torch
 
+        if int4_activations not in INT4_ACTIVATIONS:
+            raise ValueError(f"int4_activations {int4_activations!r} is not one of {', '.join(INT4_ACTIVATIONS)}")
         self.out_features, self.in_features = values.shape
         self.group_size = group_size
         self.device = values.device
@@ -264,6 +268,7 @@ class Int4Linear(Linear):
         self.weight_format = f"int4-g{group_size}" + ("-a8" if act_quant else "")
         self.native = None
         self.amx = False
+        self.int8_activations = False
         if (native is not None and native.has_bf16_gemm and dtype == torch.bfloat16 and values.device.type == "cpu"
                 and native.int4_packable(self.in_features, group_size)):
             self.native = native
@@ -276,6 +281,9 @@ class Int4Linear(Linear):
             self.packed = native.pack_int4(values)
             self.scales_fp32 = scales.float().contiguous()
             self.weight_bytes = self.packed.numel() + self.scales_fp32.numel() * 4
+            self.int8_activations = _int8_activations(native, act_quant, group_size, int4_activations)
+            if self.int8_activations:
+                self.weight_format += "-int8act"
             return
         # torch's int4pack stores unsigned nibbles q + 8 and dequantizes as (q - 8) * scale + zero.
         if values.device.type == "cpu":
@@ -299,7 +307,7 @@ class Int4Linear(Linear):
         if self.amx:
             y = self.native.gemm_int4_amx(x2, self.packed, self.group_scales, self.group_size, self.out_features)
         elif self.native is not None and x2.shape[0] < WIDEN_ROWS:
-            y = self.native.gemm_int4(x2, self.packed, self.scales_fp32, self.group_size)
+            y = self.native.gemm_int4(x2, self.packed, self.scales_fp32, self.group_size, self.int8_activations)
         elif self.native is not None:
             y = dense_gemm(x2, self.native.unpack_int4(self.packed, self.scales_fp32, self.group_size))
         elif self.device.type == "cpu":
@@ -309,7 +317,7 @@ class Int4Linear(Linear):
         return y.reshape(*shape[:-1], self.out_features)
 
     def native_linear(self):
-        from toolkit.engine.runtime.native_kernels import LIN_INT4, LIN_INT4_AMX, NativeLinear
+        from toolkit.engine.runtime.native_kernels import LIN_INT4, LIN_INT4_A8, LIN_INT4_AMX, NativeLinear
 
         if self.native is None:
             return None
@@ -317,9 +325,25 @@ class Int4Linear(Linear):
             return NativeLinear(LIN_INT4_AMX, self.packed, self.out_features, self.in_features, AMX_ROWS,
                                 self.group_scales, group=self.group_size, act_quant=self.act_quant,
                                 input_scale=self.input_scale_value)
-        return NativeLinear(LIN_INT4, self.packed, self.out_features, self.in_features, WIDEN_ROWS - 1,
-                            self.scales_fp32, group=self.group_size, act_quant=self.act_quant,
-                            input_scale=self.input_scale_value)
+        return NativeLinear(LIN_INT4_A8 if self.int8_activations else LIN_INT4, self.packed, self.out_features,
+                            self.in_features, WIDEN_ROWS - 1, self.scales_fp32, group=self.group_size,
+                            act_quant=self.act_quant, input_scale=self.input_scale_value)
+
+
+def _int8_activations(native, act_quant, group_size: int, int4_activations: str) -> bool:
+    """Whether INT4-AWQ's decode rows run on the int4 x int8 kernel (gemm_int4_a8 in csrc/decode_kernels.c)."""
+    if int4_activations == "bf16" or act_quant is not None:  # W4A8's fp8 activations stay exact
+        return False
+    if native.has_int4_a8 and group_size % 128 == 0:
+        if int4_activations == "auto":
+            _say_once("int4-int8act", "INT4-AWQ: decode rows' activations rounded to int8 per 128 inputs for the "
+                                      "int4 x int8 VNNI kernel (as llama.cpp's q4_0 x q8_0; TensorRT-LLM keeps them "
+                                      "in 16 bits); int4_activations: bf16 keeps them exact, slower")
+        return True
+    if int4_activations == "int8":
+        _say_once("int4-int8act-missing", "int4_activations int8 needs AVX512-VNNI and groups of a multiple of 128 "
+                                          f"(here {group_size}): INT4-AWQ runs with bf16 activations instead")
+    return False
 
 
 class Int8Linear(Linear):
@@ -490,16 +514,28 @@ def can_fuse(parts: list[LinearWeights]) -> bool:
 
 
 FP8_KERNELS = ("auto", "scaled_mm", "int8")
+# INT4-AWQ's decode rows: "auto" int8 per 128 inputs where the CPU has the VNNI kernel, "int8" the same (said when it
+# cannot), "bf16" the exact 16-bit activations TensorRT-LLM's W4A16 kernels take.
+INT4_ACTIVATIONS = ("auto", "int8", "bf16")
 
 
-def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str = "auto", native=None) -> Linear:
+@dataclass(frozen=True)
+class KernelChoice:
+    """Where a quantized format has more than one kernel on the CPU, the one to run (ModelRunner's options)."""
+
+    fp8_kernel: str = "auto"  # see make_linear
+    int4_activations: str = "auto"  # see INT4_ACTIVATIONS
+
+
+def make_linear(parts: list[LinearWeights], dtype, device="cpu", choice: KernelChoice = KernelChoice(),
+                native=None) -> Linear:
     """One kernel over `parts` stacked along the output dimension (pre_quant_scale already handled).
 
-    fp8_kernel: "scaled_mm" runs torch's fp8 GEMM on ModelOpt's exact values; "int8" re-quantizes the
+    choice.fp8_kernel: "scaled_mm" runs torch's fp8 GEMM on ModelOpt's exact values; "int8" re-quantizes the
     fp8 weights to int8 per output channel and runs the int8 kernel; "auto" picks scaled_mm off the
     CPU and on it the engine's own fp8 GEMM where it builds (AVX512-BF16), else int8: torch 2.13's fp8
     GEMM on CPU is a reference loop (~50x slower than bf16 at batch 1, perf/README.md). native: the fused
-    C kernels (native_kernels.py) for few-row GEMMs, or None."""
+    C kernels (native_kernels.py) for few-row GEMMs, or None. choice.int4_activations: INT4_ACTIVATIONS."""
     import torch
 
     first = parts[0]
@@ -509,13 +545,14 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu", fp8_kernel: str
         return DenseLinear(weight, dtype, native)
     if first.kind == "int4":
         scales = torch.cat([p.weight_scale for p in parts]).to(device)
-        return Int4Linear(weight, scales, first.group_size, dtype, first.act_quant, input_scale, native)
+        return Int4Linear(weight, scales, first.group_size, dtype, first.act_quant, input_scale, native,
+                          choice.int4_activations)
     if first.kind == "int8":
         scales = torch.cat([p.weight_scale for p in parts]).to(device)
         return Int8Linear(weight, scales, dtype, first.act_quant, input_scale, native)
     if first.kind == "fp8":
         rows = torch.cat([p.weight_scale.float().expand(p.out_features) for p in parts]).to(device)
-        return fp8_linear(weight, rows, dtype, first.act_quant, input_scale, device, fp8_kernel, native)
+        return fp8_linear(weight, rows, dtype, first.act_quant, input_scale, device, choice.fp8_kernel, native)
     raise ValueError(f"no kernel for weight kind {first.kind!r}")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.engine.runtime.checkpoint import LinearWeights, load_checkpoint
-from toolkit.engine.runtime.kernels import DenseLinear, can_fuse, make_linear
+from toolkit.engine.runtime.kernels import DenseLinear, KernelChoice, can_fuse, make_linear
 from toolkit.engine.runtime.kv_cache import PagedKVCache
 from toolkit.engine.runtime.step import StepInput
 
@@ -67,8 +67,8 @@ def resolve_dtype(dtype: str, device: str):
 
 
 class _Layer:
-    def __init__(self, weights, dtype, device, fp8_kernel="auto", native=None):
-        self.fp8_kernel = fp8_kernel
+    def __init__(self, weights, dtype, device, choice: KernelChoice = KernelChoice(), native=None):
+        self.choice = choice
         self.native = native
         lin = weights.linears
         self.input_norm = weights.input_norm.float().to(device)
@@ -88,13 +88,13 @@ class _Layer:
             norm = norm * smooth.to(device)
             parts = [LinearWeights(p.kind, p.weight, p.weight_scale, None, p.input_scale, p.act_quant) for p in parts]
         if can_fuse(parts):
-            return [make_linear(parts, dtype, device, self.fp8_kernel, self.native)], norm
-        return [_Smoothed(make_linear([p], dtype, device, self.fp8_kernel, self.native), p.pre_quant_scale, dtype,
+            return [make_linear(parts, dtype, device, self.choice, self.native)], norm
+        return [_Smoothed(make_linear([p], dtype, device, self.choice, self.native), p.pre_quant_scale, dtype,
                           device) for p in parts], norm
 
     def _single(self, part: LinearWeights, dtype, device):
         smooth = None if part.pre_quant_scale is None else part.pre_quant_scale.to(device).to(dtype)
-        return make_linear([part], dtype, device, self.fp8_kernel, self.native), smooth
+        return make_linear([part], dtype, device, self.choice, self.native), smooth
 
 
 def _project(linears, x):
@@ -117,10 +117,11 @@ class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu", fp8_kernel: str = "auto",
                  native: bool = True, prompt_gemm_dtype: str | None = None, decode_graphs: str = "auto",
-                 huge_pages: bool = True):
+                 huge_pages: bool = True, int4_activations: str = "auto"):
         """decode_graphs: "auto" replays decode steps from CUDA graphs on a GPU (cuda_graphs.py); "off" never;
         "padded" runs their padded step without capturing (how the CPU tests check what a graph replays).
-        huge_pages: on the CPU, the linears' weights in one buffer on 2 MiB pages (weight_arena.py)."""
+        huge_pages: on the CPU, the linears' weights in one buffer on 2 MiB pages (weight_arena.py).
+        fp8_kernel, int4_activations: kernels.KernelChoice (the CPU kernels of fp8 and INT4-AWQ)."""
         import torch
 
         from toolkit.engine.runtime.kernels import set_prompt_gemm_dtype
@@ -147,7 +148,8 @@ class ModelRunner:
 
             kernels = native_kernels.load()
             self.native = kernels if kernels is not None and kernels.supports(self.dtype) else None
-        self.layers = [_Layer(layer, self.dtype, device, fp8_kernel, self.native) for layer in ckpt.layers]
+        choice = KernelChoice(fp8_kernel, int4_activations)
+        self.layers = [_Layer(layer, self.dtype, device, choice, self.native) for layer in ckpt.layers]
         if decode_graphs not in ("auto", "off", "padded"):
             raise ValueError(f"decode_graphs {decode_graphs!r} is not one of auto, off, padded")
         on_cuda = torch.device(device).type == "cuda"

@@ -28,7 +28,7 @@ _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 SOURCES = ("decode_kernels.c", "decode_step.c")
 (LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX,
- LIN_INT4_AMX) = range(9)
+ LIN_INT4_AMX, LIN_INT4_A8) = range(10)
 # AMX tiles (csrc/decode_kernels.c): 16 outputs x one K slice of this many values, 1 KiB each
 AMX_K_STEP = {"bf16": 32, "int8": 64, "fp8": 32}
 
@@ -176,6 +176,11 @@ class NativeKernels:
             library.gemm_int4_amx.restype = None
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
+        library.gemm_int4_a8_available.restype = c.c_int
+        self.has_int4_a8 = bool(library.gemm_int4_a8_available())
+        if self.has_int4_a8:
+            library.gemm_int4_a8.argtypes = library.gemm_int4.argtypes
+            library.gemm_int4_a8.restype = None
         if self.has_int8_vnni:
             library.gemm_int8_vnni.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int,
                                                c.c_void_p, c.c_int, c.c_float]
@@ -426,15 +431,16 @@ class NativeKernels:
         nibbles = (values.to(torch.int16) + 8).to(torch.uint8).reshape(n, k // 64, 2, 32)
         return (nibbles[:, :, 0, :] | (nibbles[:, :, 1, :] << 4)).reshape(n, k // 2).contiguous()
 
-    def gemm_int4(self, x, packed, scales, group_size: int):
-        """x bf16 [M, K]; packed: pack_int4's bytes [N, K/2]; scales fp32 [N, K/group_size]."""
+    def gemm_int4(self, x, packed, scales, group_size: int, int8_activations: bool = False):
+        """x bf16 [M, K]; packed: pack_int4's bytes [N, K/2]; scales fp32 [N, K/group_size]. int8_activations (where
+        has_int4_a8, group_size a multiple of 128): x rounded to int8 per 128 of K and multiplied on VNNI."""
         import torch
 
         x = x.contiguous()
         n, k = packed.shape[0], packed.shape[1] * 2
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
-        self._lib.gemm_int4(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scales.data_ptr(), group_size, n,
-                            y.data_ptr())
+        gemm = self._lib.gemm_int4_a8 if int8_activations else self._lib.gemm_int4
+        gemm(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scales.data_ptr(), group_size, n, y.data_ptr())
         return y
 
     # --- fp8 (bf16 activations; only where has_bf16_gemm) --------------------------------------------

@@ -954,6 +954,129 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
 }
 #endif
 
+/* ---- int4 x int8 on VNNI: INT4-AWQ's decode rows --------------------------------------------------------
+ * The bf16 int4 kernel below spends, per 64 weights and row, a widening load, two masks, two table permutes and
+ * two dot products; the permutes run on two of Zen 4's four vector pipes, and the kernel topped out near 38 GB/s
+ * of int4 on this 2-core machine with the weights in cache (50-55 here). Here the nibbles, stored as q + 8 (0..15),
+ * are vpdpbusd's unsigned operand as they lie: a mask for the low ones, a shift and a mask for the high ones, and
+ * one instruction per 64 weights and row, against the activations rounded to int8 per 128 of k (each 128's
+ * max |x| / 127: as llama.cpp rounds them against q4_0 in blocks of 32; ModelOpt's INT4-AWQ keeps them in 16 bits,
+ * so this is a second rounding, held to a stated tolerance in tests/test_model_runner.py; int4_activations: bf16
+ * keeps the exact kernel). sum (q + 8) a = sum q a + 8 sum a: each 128's integer sum starts at -8 sum a (in one
+ * lane), then leaves for fp32 times the activations' scale and the weights' group scale. A row's outputs do not
+ * depend on the batch (one order of summation at every row count). Whole int4 steps of `small`, the two kernels
+ * alternating step by step in one process: 1-2 sequences -1..-4 % (memory-bound there), 4 / 8 / 16 -9 / -9 / -13 %
+ * (2026-11-26, Zen 4).
+ * x bf16 [M, K]; w, scales as gemm_int4 (its layout); group a multiple of 128 (one 64-byte load = 128 weights). */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#define HAVE_GEMM_INT4_A8 1
+
+/* x [K] bf16 → xq [K] int8 in the weights' nibble order (per 128 k: k 0-31 and 64-95 for the low nibbles, then
+ * 32-63 and 96-127 for the high ones), xs [K / 128] their scales, x0 [K / 128][16] lanes that start each 128's
+ * integer sum (lane 0: -8 times the 128's sum of xq). */
+static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, float *xs, int32_t *x0) {
+    for (int c = 0; c < K; c += 128) {
+        __m512 amax = _mm512_setzero_ps();
+        for (int k = c; k < c + 128; k += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(x, k, BF16, 1.0f)));
+        const float m = _mm512_reduce_max_ps(amax), s = m > 0.0f ? m / 127.0f : 1.0f;
+        const __m512 inv = _mm512_set1_ps(1.0f / s);
+        __m512i sum = _mm512_setzero_si512();
+        for (int part = 0; part < 8; part++) { /* k = c + 16 part: the 32-wide quarter part / 2 of the 128 */
+            const int quarter = part / 2, at = c + (quarter % 2) * 64 + (quarter / 2) * 32 + (part % 2) * 16;
+            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load16(x, c + 16 * part, BF16, 1.0f), inv));
+            sum = _mm512_add_epi32(sum, q);
+            _mm_storeu_si128((__m128i *)(xq + at), _mm512_cvtepi32_epi8(q));
+        }
+        _mm512_storeu_si512((void *)(x0 + c / 8), _mm512_maskz_set1_epi32(1, -8 * _mm512_reduce_add_epi32(sum)));
+        xs[c / 128] = s;
+    }
+}
+
+/* `rows` activation rows against `nb` consecutive weight rows (constants: the rows * nb sums stay in registers) */
+INLINE void int4_a8_block(const int8_t *xq, const float *xs, const int32_t *x0, const int rows, const int nb, int K,
+                          int group, const uint8_t *w, const float *s, uint16_t *y, int64_t N) {
+    const __m512i low = _mm512_set1_epi8(15);
+    const int64_t wstride = K / 2, groups = K / group, chunks = K / 128, per_group = group / 128;
+    const int streaming = rows <= 2; /* few rows: memory-bound, prefetched into L2 (prefetch_weights) */
+    __m512 acc[8];
+    for (int i = 0; i < rows * nb; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t g = 0, c = 0; g < groups; g++) {
+        __m512 sw[4];
+        for (int j = 0; j < nb; j++) sw[j] = _mm512_set1_ps(s[j * groups + g]);
+        for (const int64_t end = c + per_group; c < end; c++) {
+            __m512i part[8];
+            for (int m = 0; m < rows; m++)
+                for (int j = 0; j < nb; j++) part[m * nb + j] = _mm512_load_si512((const void *)(x0 + (m * chunks + c) * 16));
+            for (int j = 0; j < nb; j++) {
+                const uint8_t *at = w + j * wstride + c * 64;
+                prefetch_weights(at, streaming);
+                const __m512i bytes = _mm512_loadu_si512((const void *)at);
+                const __m512i lo = _mm512_and_si512(bytes, low), hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low);
+                for (int m = 0; m < rows; m++) {
+                    const int8_t *xm = xq + (int64_t)m * K + c * 128;
+                    part[m * nb + j] = _mm512_dpbusd_epi32(part[m * nb + j], lo, _mm512_loadu_si512((const void *)xm));
+                    part[m * nb + j] = _mm512_dpbusd_epi32(part[m * nb + j], hi, _mm512_loadu_si512((const void *)(xm + 64)));
+                }
+            }
+            for (int m = 0; m < rows; m++) {
+                const __m512 sx = _mm512_set1_ps(xs[m * chunks + c]);
+                for (int j = 0; j < nb; j++)
+                    acc[m * nb + j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(part[m * nb + j]), sx), sw[j],
+                                                      acc[m * nb + j]);
+            }
+        }
+    }
+    for (int m = 0; m < rows; m++)
+        for (int j = 0; j < nb; j++) y[m * N + j] = f32_to_bf16(_mm512_reduce_add_ps(acc[m * nb + j]));
+}
+
+void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
+                  uint16_t *y) {
+    const int64_t chunks = K / 128;
+    int8_t *xq = malloc((size_t)(M * K));
+    float *xs = malloc(sizeof(float) * M * chunks);
+    int32_t *x0 = aligned_alloc(64, sizeof(int32_t) * 16 * M * chunks);
+    #pragma omp parallel for schedule(static) if (M >= 4)
+    for (int64_t m = 0; m < M; m++)
+        quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x0 + m * chunks * 16);
+    const int groups = K / group;
+    /* weight rows per block: 4 at one activation row (independent chains), else 2 against passes of up to 4 rows
+     * (each activation load feeding both), as gemm_int4 */
+    const int nb = M == 1 && N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
+    const int64_t per_pass = rows_per_pass(M, nb == 1 ? 8 : 4);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n += nb) {
+        const uint8_t *wrow = w + (int64_t)n * (K / 2);
+        const float *srow = scales + (int64_t)n * groups;
+        for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
+            const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
+            const int8_t *xm = xq + m0 * K;
+            const float *sm = xs + m0 * chunks;
+            const int32_t *zm = x0 + m0 * chunks * 16;
+            uint16_t *ym = y + m0 * N + n;
+#define A8_FOUR(R) int4_a8_block(xm, sm, zm, R, 4, K, group, wrow, srow, ym, N)
+#define A8_PAIR(R) int4_a8_block(xm, sm, zm, R, 2, K, group, wrow, srow, ym, N)
+#define A8_ONE(R) int4_a8_block(xm, sm, zm, R, 1, K, group, wrow, srow, ym, N)
+            if (nb == 4) A8_FOUR(1);
+            else if (nb == 2) { FOR_1_TO_4(rows, A8_PAIR) }
+            else { FOR_1_TO_8(rows, A8_ONE) }
+#undef A8_FOUR
+#undef A8_PAIR
+#undef A8_ONE
+        }
+    }
+    free(xq), free(xs), free(x0);
+}
+#endif
+
+int gemm_int4_a8_available(void) {
+#if defined(HAVE_GEMM_INT4_A8)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 void gemm_int4(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
                uint16_t *y) {
 #if defined(__AVX512BF16__)

@@ -13,7 +13,7 @@
  */
 
 enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4, LIN_BF16_AMX = 5, LIN_INT8_AMX = 6, LIN_FP8_AMX = 7,
-       LIN_INT4_AMX = 8 };
+       LIN_INT4_AMX = 8, LIN_INT4_A8 = 9 };
 
 typedef struct {
     int32_t kind, n, k, group, act_quant;
@@ -45,6 +45,9 @@ static int decode_kind_supported(int kind) { /* what decode_layers checks before
 #endif
 #if defined(HAVE_GEMM_INT8_VNNI)
     if (kind == LIN_INT8_VNNI) return 1;
+#endif
+#if defined(HAVE_GEMM_INT4_A8)
+    if (kind == LIN_INT4_A8) return 1;
 #endif
 #if defined(__AVX512BF16__)
     if (kind == LIN_BF16 || kind == LIN_INT4 || kind == LIN_FP8) return 1;
@@ -88,6 +91,11 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
 #endif
         gemm_int4((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
         break;
+#if defined(HAVE_GEMM_INT4_A8)
+    case LIN_INT4_A8:
+        gemm_int4_a8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
+        break;
+#endif
     case LIN_FP8:
         gemm_fp8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->n, (uint16_t *)y, l->act_quant,
                  l->input_scale);
