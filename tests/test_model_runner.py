@@ -302,24 +302,27 @@ def test_bf16_kernels_close_to_fp32(quantized, qformat):
 
 
 
-def test_int4_awq_with_int8_activations_stays_within_bf16_noise_of_the_exact_kernel(quantized, hf_model):
-    """INT4-AWQ's decode rows (and prompt chunks under 32 rows) run on the int4 x int8 kernel where the CPU has VNNI:
-    activations rounded to int8 per 128 inputs, a rounding ModelOpt's W4A16 does not make. Measured on this tiny
-    model (2026-11-26): 0.011 from the fp32 run's logits where bf16 activations alone are 0.007 away, against the
-    format's own effect of 0.20: held to 2.5x the bf16 noise and 15 % of that effect. int4_activations bf16 keeps
-    the exact kernel."""
+@pytest.mark.parametrize("qformat, exact_format", [("int4_awq", "int4-g128"), ("w4a8_awq", "int4-g128-a8")])
+def test_int4_with_int8_activations_stays_within_bf16_noise_of_the_exact_kernel(quantized, hf_model, qformat,
+                                                                                exact_format):
+    """INT4-AWQ's and W4A8's decode rows (and prompt chunks under 32 rows) run on the int4 x int8 kernel where the CPU
+    has VNNI: activations (W4A8's after their fp8 rounding) rounded to int8 per 128 inputs, a rounding ModelOpt's
+    formats do not make. Measured on this tiny model (2026-11-26), from the fp32 run's logits: INT4-AWQ 0.011 where
+    bf16 activations alone are 0.007 away, W4A8 0.037-0.050 where bf16 alone is 0.037 (its fp8 rounding moves with
+    bf16's), against the formats' own effect of 0.16-0.23: held to 2.5x the bf16 noise and 25 % of that effect.
+    int4_activations bf16 keeps the exact kernel."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
-    ckpt, fake_quant = quantized("int4_awq")
+    ckpt, fake_quant = quantized(qformat)
 
     def served(int4_activations):
         return ModelRunner(ckpt, num_blocks=64, block_size=BLOCK, dtype="auto", int4_activations=int4_activations)
 
     int8_acts, bf16_acts = served("auto"), served("bf16")
     if int8_acts.native is None or not int8_acts.native.has_int4_a8:
-        pytest.skip("no AVX512-VNNI / AVX512-BF16 or C compiler here: INT4-AWQ keeps bf16 activations")
-    assert int8_acts.layers[0].qkv[0].weight_format == "int4-g128-int8act"
-    assert bf16_acts.layers[0].qkv[0].weight_format == "int4-g128"
+        pytest.skip("no AVX512-VNNI / AVX512-BF16 or C compiler here: int4 keeps bf16 activations")
+    assert int8_acts.layers[0].qkv[0].weight_format == exact_format + "-int8act"
+    assert bf16_acts.layers[0].qkv[0].weight_format == exact_format
     prompt = PROMPTS[1]  # 13 rows: the few-row kernels
     quant_effect = (_reference(hf_model, prompt) - _reference(fake_quant, prompt)).abs().max().item()
     fp32 = _runner(ckpt, "fp32")
@@ -329,7 +332,7 @@ def test_int4_awq_with_int8_activations_stays_within_bf16_noise_of_the_exact_ker
     bf16_noise = (logits["bf16"] - logits["fp32"]).abs().max().item()
     int8_error = (logits["int8"] - logits["fp32"]).abs().max().item()
     assert (logits["int8"] - logits["bf16"]).abs().max().item() > 0  # the other kernel ran
-    assert int8_error <= 2.5 * bf16_noise and int8_error < 0.15 * quant_effect, (int8_error, bf16_noise, quant_effect)
+    assert int8_error <= 2.5 * bf16_noise and int8_error < 0.25 * quant_effect, (int8_error, bf16_noise, quant_effect)
     with pytest.raises(ValueError, match="int4_activations 'int2' is not one of"):
         served("int2")
 

@@ -38,12 +38,12 @@ from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
 # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages; 22: INT4-AWQ
-# on its int4 x int8 kernel, W4A8 probed apart)
+# and W4A8 on the int4 x int8 kernel, W4A8 probed apart)
 VERSION = 22
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
-# int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (int4 x bf16 activations
-# rounded to fp8).
+# int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
+# the activations to fp8).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4", "w4a8")
 _WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5, "w4a8": 0.5}
 # Working-set sizes at which a sum's read rate is probed: a decode step re-reads the same weights every step, so

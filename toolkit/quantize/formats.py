@@ -88,8 +88,9 @@ QFORMATS: dict[str, QuantFormat] = {f.name: f for f in [
                 gpu_requirement="fp8 tensor cores (Ada, Hopper, Blackwell)", modelopt_config="W4A8_AWQ_BETA_CFG",
                 calibration_needs_cuda=False, trtllm_quant_algo="W4A8_AWQ", trtllm_gemm_plugin="auto",
                 cpu_kernel="w4a8",
-                cpu_note="packed int4, group 128, on the int4 x bf16 kernel, activations rounded to fp8 as "
-                         "calibrated (exact in bf16)"),
+                cpu_note="packed int4, group 128, activations rounded to fp8 as calibrated, then as INT4-AWQ's "
+                         "(decode rows x int8 per 128 inputs on VNNI; engine.int4_activations: bf16 keeps the fp8 "
+                         "values exact)"),
     QuantFormat("nvfp4", weight_dtype="fp4", group_size=_NVFP4_GROUP, scale_dtype="fp8", gpu_compute="fp4",
                 gpu_requirement="fp4 tensor cores (Blackwell)", modelopt_config="NVFP4_DEFAULT_CFG",
                 calibration_needs_cuda=True, trtllm_quant_algo="NVFP4", trtllm_gemm_plugin="nvfp4",

@@ -331,18 +331,19 @@ class Int4Linear(Linear):
 
 
 def _int8_activations(native, act_quant, group_size: int, int4_activations: str) -> bool:
-    """Whether INT4-AWQ's decode rows run on the int4 x int8 kernel (gemm_int4_a8 in csrc/decode_kernels.c)."""
-    if int4_activations == "bf16" or act_quant is not None:  # W4A8's fp8 activations stay exact
+    """Whether INT4-AWQ's and W4A8's decode rows run on the int4 x int8 kernel (gemm_int4_a8, decode_kernels.c)."""
+    if int4_activations == "bf16":
         return False
     if native.has_int4_a8 and group_size % 128 == 0:
         if int4_activations == "auto":
-            _say_once("int4-int8act", "INT4-AWQ: decode rows' activations rounded to int8 per 128 inputs for the "
-                                      "int4 x int8 VNNI kernel (as llama.cpp's q4_0 x q8_0; TensorRT-LLM keeps them "
-                                      "in 16 bits); int4_activations: bf16 keeps them exact, slower")
+            _say_once("int4-int8act", "int4 weights: decode rows' activations (W4A8's after their fp8 rounding) "
+                                      "rounded to int8 per 128 inputs for the int4 x int8 VNNI kernel, as llama.cpp's "
+                                      "q4_0 x q8_0 (TensorRT-LLM keeps them in 16 or 8 bits); int4_activations: bf16 "
+                                      "keeps them exact, slower")
         return True
     if int4_activations == "int8":
         _say_once("int4-int8act-missing", "int4_activations int8 needs AVX512-VNNI and groups of a multiple of 128 "
-                                          f"(here {group_size}): INT4-AWQ runs with bf16 activations instead")
+                                          f"(here {group_size}): int4 weights run with bf16 activations instead")
     return False
 
 
@@ -514,8 +515,8 @@ def can_fuse(parts: list[LinearWeights]) -> bool:
 
 
 FP8_KERNELS = ("auto", "scaled_mm", "int8")
-# INT4-AWQ's decode rows: "auto" int8 per 128 inputs where the CPU has the VNNI kernel, "int8" the same (said when it
-# cannot), "bf16" the exact 16-bit activations TensorRT-LLM's W4A16 kernels take.
+# INT4-AWQ's and W4A8's decode rows: "auto" int8 per 128 inputs where the CPU has the VNNI kernel, "int8" the same (said
+# when it cannot), "bf16" exact: the 16-bit activations TensorRT-LLM's W4A16 kernels take (W4A8's fp8 values, exactly).
 INT4_ACTIVATIONS = ("auto", "int8", "bf16")
 
 

@@ -954,15 +954,15 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
 }
 #endif
 
-/* ---- int4 x int8 on VNNI: INT4-AWQ's decode rows --------------------------------------------------------
+/* ---- int4 x int8 on VNNI: INT4-AWQ's and W4A8's decode rows -----------------------------------------------
  * The bf16 int4 kernel below spends, per 64 weights and row, a widening load, two masks, two table permutes and
  * two dot products; the permutes run on two of Zen 4's four vector pipes, and the kernel topped out near 38 GB/s
  * of int4 on this 2-core machine with the weights in cache (50-55 here). Here the nibbles, stored as q + 8 (0..15),
  * are vpdpbusd's unsigned operand as they lie: a mask for the low ones, a shift and a mask for the high ones, and
  * one instruction per 64 weights and row, against the activations rounded to int8 per 128 of k (each 128's
- * max |x| / 127: as llama.cpp rounds them against q4_0 in blocks of 32; ModelOpt's INT4-AWQ keeps them in 16 bits,
- * so this is a second rounding, held to a stated tolerance in tests/test_model_runner.py; int4_activations: bf16
- * keeps the exact kernel). sum (q + 8) a = sum q a + 8 sum a: each 128's integer sum starts at -8 sum a (in one
+ * max |x| / 127: as llama.cpp rounds them against q4_0 in blocks of 32; ModelOpt's INT4-AWQ keeps them in 16 bits
+ * and W4A8 in fp8, so this is one more rounding (W4A8's after its fp8 one), held to a stated tolerance in
+ * tests/test_model_runner.py; int4_activations: bf16 keeps the exact kernel). sum (q + 8) a = sum q a + 8 sum a: each 128's integer sum starts at -8 sum a (in one
  * lane), then leaves for fp32 times the activations' scale and the weights' group scale. A row's outputs do not
  * depend on the batch (one order of summation at every row count). Whole int4 steps of `small`, the two kernels
  * alternating step by step in one process: 1-2 sequences -1..-4 % (memory-bound there), 4 / 8 / 16 -9 / -9 / -13 %

@@ -77,6 +77,7 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         break;
     case LIN_INT4:
     case LIN_INT4_AMX:
+    case LIN_INT4_A8:
         if (l->act_quant) { /* W4A8: activations rounded to fp8 first, as kernels.Int4Linear does in torch */
             float *rounded = widen_activations(x, M, l->k, act, l->act_quant, l->input_scale);
             for (int64_t m = 0; m < M; m++) store_row(x, m * l->k, rounded + m * l->k, l->k, act);
@@ -89,13 +90,15 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
             break;
         }
 #endif
+#if defined(HAVE_GEMM_INT4_A8)
+        if (l->kind == LIN_INT4_A8) {
+            gemm_int4_a8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n,
+                         (uint16_t *)y);
+            break;
+        }
+#endif
         gemm_int4((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
         break;
-#if defined(HAVE_GEMM_INT4_A8)
-    case LIN_INT4_A8:
-        gemm_int4_a8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
-        break;
-#endif
     case LIN_FP8:
         gemm_fp8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->n, (uint16_t *)y, l->act_quant,
                  l->input_scale);
