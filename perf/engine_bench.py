@@ -24,7 +24,10 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   re-read floor: a sum re-reading a buffer of the step's own size, faster where the last-level cache holds
   part of it between steps. Not the rates of the probe at the start: this VM's memory runs 27-52 GB/s from
   one minute to the next (its cache effects with it), and a floor from another minute made the ratio track
-  the VM, not the engine.
+  the VM, not the engine. And paired (since 2026-11-26 afternoon): 24 slices of 8 batch-1 steps, each followed
+  by one read by the probe's bandwidth kernel, the median of each slice's step (its first, after the read evicted
+  the caches, left out) against the floor at that read's rate: the VM flips within seconds, and the best of a few
+  short reads against the best of a few 64-step medians measured the odds of catching a fast moment.
 - step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
   stubbed out (dispatch, norms, RoPE, activation rounding, KV writes): the step's fixed cost; the same at
   the largest batch gives a cost per sequence.
@@ -110,12 +113,41 @@ def _median_step(runner, batch: int, isl: int, osl: int) -> float:
     return statistics.median(times[2:])
 
 
+PAIRS = 24  # slices of batch-1 decode steps, each followed by one memory read, for the paired floor (_paired_floor)
+SLICE = 8  # decode steps per slice: the first, after the read evicted the caches, left out
+
+
+def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = PAIRS) -> dict:
+    """Slices of SLICE batch-1 decode steps and single reads of memory (read_once() -> bytes/s) in turn, tens of
+    milliseconds apart: each slice's median step (its first left out: the read before it evicted the caches)
+    against the floor at the rate read right after. This VM's memory flips within seconds between ~30 and ~50 GB/s
+    (neighbours' load), so a floor from the fastest of a few short reads against a step from the best of a few
+    64-step medians measured the odds of catching a fast moment, not the engine (2026-11-26: the same step read 1.1x
+    one floor and 1.7x the next). Medians over `pairs` slices: the step, the rate, and the step / floor ratio."""
+    prefill, decode, _ = _steps(1, isl)
+    runner.forward(prefill(0))
+    steps, rates, ratios = [], [], []
+    for _ in range(pairs):
+        times = []
+        for pos in range(isl, isl + SLICE):  # the same positions again: the step's bytes do not change
+            step = decode(pos)
+            start = time.perf_counter()
+            runner.forward(step)
+            times.append(time.perf_counter() - start)
+        steps.append(statistics.median(times[1:]))
+        rates.append(read_once())
+        ratios.append(steps[-1] / (step_bytes / rates[-1]))
+    return {"pairs": pairs, "step_ms": statistics.median(steps) * 1e3, "bandwidth": statistics.median(rates),
+            "ratio": statistics.median(ratios)}
+
+
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
-                 threads: int | None = None, repeats: int = 1, device: str = "cpu", read_rate=None,
+                 threads: int | None = None, repeats: int = 1, device: str = "cpu", read_rate=None, read_once=None,
                  **runner_options) -> dict:
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
-    start's."""
+    start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
+    (_paired_floor)."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
@@ -148,6 +180,8 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
             if batch == 1 and read_rate is not None:
                 result["read_rates"].append(read_rate(result["step_bytes"]))
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
+    if read_once is not None:
+        result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"])
     # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
     # sequence (norms, RoPE, SwiGLU, KV writes grow with the batch).
     costs = _step_cost_without_gemms(runner, isl, osl, repeats, sorted({1, max(batches)}))
@@ -398,7 +432,7 @@ def main() -> None:
 
     from toolkit.engine.runtime.model_runner import default_threads
     from toolkit.model.spec import load_model_spec
-    from toolkit.plan.cpu_probe import measure_cpu, spec_from_probe
+    from toolkit.plan.cpu_probe import measure_cpu, spec_from_probe, stream_reader
     from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_prefill_seconds
 
     threads = args.threads or default_threads()
@@ -414,6 +448,7 @@ def main() -> None:
           f"{probe['stream_mib']} MiB); a sum re-reading a working set of "
           + ", ".join(f"{mib} MiB {rate / 1e9:.0f}" for mib, rate in probe["read_curve_bytes_s"].items()) + " GB/s")
     hardware = spec_from_probe(probe)
+    read_once = stream_reader(probe["bandwidth_kernel"], probe["stream_mib"])
     given_step_cost = args.step_cost_ms / 1e3 if args.step_cost_ms is not None else None
     spec = load_model_spec(build / "models" / args.model)
     rows = {}
@@ -424,7 +459,7 @@ def main() -> None:
                   f"--qformat {qformat})")
             continue
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
-                         read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes))
+                         read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once)
         context = args.isl + args.osl / 2
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
         step_bytes = r["step_bytes"]
@@ -455,6 +490,8 @@ def main() -> None:
               + f"  floor {r['floor_ms']:.2f} ms streaming at {r['floor_bandwidth'] / 1e9:.1f} GB/s: "
               + f"x{itl[batches[0]] / r['floor_ms']:.2f}; {r['reread_floor_ms']:.2f} ms re-reading the step's bytes at "
               + f"{r['reread_bandwidth'] / 1e9:.1f}: x{itl[batches[0]] / r['reread_floor_ms']:.2f}"
+              + (f"; paired: step {r['paired']['step_ms']:.2f} ms at {r['paired']['bandwidth'] / 1e9:.1f} GB/s, "
+                 f"x{r['paired']['ratio']:.2f}" if "paired" in r else "")
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence",
               flush=True)
     peers = {}
@@ -489,7 +526,8 @@ def main() -> None:
 
 def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
-            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor | B=1 / re-read floor (GB/s) | "
+            + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor"
+            + f" | B=1 / floor, paired (step ms at GB/s) | B=1 / re-read floor (GB/s) | "
             + " | ".join(f"B={b} / roofline" for b in batches)
             + " | planner B=1 ms (error at each B) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")
@@ -506,6 +544,8 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
                      + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq"
                      + f" | {r['floor_ms']:.2f} ({r['floor_bandwidth'] / 1e9:.1f}) | "
                      + f"{itl[batches[0]] / r['floor_ms']:.2f} | "
+                     + (f"{r['paired']['ratio']:.2f} ({r['paired']['step_ms']:.2f} at {r['paired']['bandwidth'] / 1e9:.1f}) | "
+                        if "paired" in r else "- | ")
                      + f"{itl[batches[0]] / r['reread_floor_ms']:.2f} ({r['reread_bandwidth'] / 1e9:.1f}) | "
                      + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
                      + f" | {planner:.2f} ({errors} %) | {'; '.join(peer) or '-'}"

@@ -830,7 +830,10 @@ INLINE void bf16_tile(const uint16_t *x, const int rows, int K, const uint16_t *
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     int k = 0;
     for (; k + 32 <= K; k += 32) {
-        prefetch_weights(wrow + k, 1);
+        /* 1-2 rows: the hardware prefetchers alone stream faster (whole bf16 steps at 1 / 2 sequences -22 / -5..-8 %
+         * against prefetching into L2, more where the VM's memory runs fast; 2026-11-26, alternating in one process).
+         * fp8, INT8-SQ and int4 do more work per byte and keep theirs (without: fp8 +4 %, int4 GEMVs at half speed). */
+        if (rows > 2) prefetch_weights(wrow + k, 1);
         __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wrow + k));
         for (int m = 0; m < rows; m++)
             acc[m] = _mm512_dpbf16_ps(acc[m], wv, (__m512bh)_mm512_loadu_si512((const void *)(x + m * K + k)));
@@ -957,13 +960,14 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
 /* ---- int4 x int8 on VNNI: INT4-AWQ's and W4A8's decode rows -----------------------------------------------
  * The bf16 int4 kernel below spends, per 64 weights and row, a widening load, two masks, two table permutes and
  * two dot products; the permutes run on two of Zen 4's four vector pipes, and the kernel topped out near 38 GB/s
- * of int4 on this 2-core machine with the weights in cache (50-55 here). Here the nibbles, stored as q + 8 (0..15),
- * are vpdpbusd's unsigned operand as they lie: a mask for the low ones, a shift and a mask for the high ones, and
- * one instruction per 64 weights and row, against the activations rounded to int8 per 128 of k (each 128's
- * max |x| / 127: as llama.cpp rounds them against q4_0 in blocks of 32; ModelOpt's INT4-AWQ keeps them in 16 bits
- * and W4A8 in fp8, so this is one more rounding (W4A8's after its fp8 one), held to a stated tolerance in
- * tests/test_model_runner.py; int4_activations: bf16 keeps the exact kernel). sum (q + 8) a = sum q a + 8 sum a: each 128's integer sum starts at -8 sum a (in one
- * lane), then leaves for fp32 times the activations' scale and the weights' group scale. A row's outputs do not
+ * of int4 on this 2-core machine with the weights in cache (this one: 50-55). Here the nibbles, stored as q + 8
+ * (0..15), are vpdpbusd's unsigned operand as they lie: a mask for the low ones, a shift and a mask for the high
+ * ones, and one instruction per 64 weights and row, against the activations rounded to int8 per 128 of k (each
+ * 128's max |x| / 127: as llama.cpp rounds them against q4_0 in blocks of 32; ModelOpt's INT4-AWQ keeps them in 16
+ * bits and W4A8 in fp8, so this is one more rounding (W4A8's after its fp8 one), held to a stated tolerance in
+ * tests/test_model_runner.py; int4_activations: bf16 keeps the exact kernel). sum (q + 8) a = sum q a + 8 sum a:
+ * each 128's integer sum starts at -8 sum a (in one lane), then leaves for fp32 times the activations' scale and
+ * the weights' group scale. A row's outputs do not
  * depend on the batch (one order of summation at every row count). Whole int4 steps of `small`, the two kernels
  * alternating step by step in one process: 1-2 sequences -1..-4 % (memory-bound there), 4 / 8 / 16 -9 / -9 / -13 %
  * (2026-11-26, Zen 4).
@@ -1006,7 +1010,8 @@ INLINE void int4_a8_block(const int8_t *xq, const float *xs, const int32_t *x0, 
         for (const int64_t end = c + per_group; c < end; c++) {
             __m512i part[8];
             for (int m = 0; m < rows; m++)
-                for (int j = 0; j < nb; j++) part[m * nb + j] = _mm512_load_si512((const void *)(x0 + (m * chunks + c) * 16));
+                for (int j = 0; j < nb; j++)
+                    part[m * nb + j] = _mm512_load_si512((const void *)(x0 + (m * chunks + c) * 16));
             for (int j = 0; j < nb; j++) {
                 const uint8_t *at = w + j * wstride + c * 64;
                 prefetch_weights(at, streaming);
