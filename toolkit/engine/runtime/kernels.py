@@ -59,10 +59,10 @@ AMX_ROWS = 1 << 20
 _warned: set[str] = set()
 
 
-def _say_once(key: str, message: str) -> None:
+def _say_once(key: str, message: str, level: int = logging.WARNING) -> None:
     if key not in _warned:
         _warned.add(key)
-        log.warning(message)
+        log.log(level, message)
 
 
 def fake_quant_activation(x, act_quant: str | None, input_scale):
@@ -335,11 +335,12 @@ def _int8_activations(native, act_quant, group_size: int, int4_activations: str)
     if int4_activations == "bf16":
         return False
     if native.has_int4_a8 and group_size % 128 == 0:
-        if int4_activations == "auto":
+        if int4_activations == "auto":  # the served default, not a fallback: said at info level (the weight
+            # format, int4-g128-int8act, names it wherever the engine's kernels are shown)
             _say_once("int4-int8act", "int4 weights: decode rows' activations (W4A8's after their fp8 rounding) "
                                       "rounded to int8 per 128 inputs for the int4 x int8 VNNI kernel, as llama.cpp's "
                                       "q4_0 x q8_0 (TensorRT-LLM keeps them in 16 or 8 bits); int4_activations: bf16 "
-                                      "keeps them exact, slower")
+                                      "keeps them exact, slower", logging.INFO)
         return True
     if int4_activations == "int8":
         _say_once("int4-int8act-missing", "int4_activations int8 needs AVX512-VNNI and groups of a multiple of 128 "
