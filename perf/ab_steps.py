@@ -11,6 +11,11 @@ unchanged path moved -10 % and +17 % in two such runs (2026-11-26).
     .venv/bin/python perf/ab_steps.py --base /tmp/base --qformat int4_awq --batches 1,8,16
 
 Prints, per batch, both builds' step and the ratio (new / base).
+
+This VM's memory also flips within seconds between ~30 and ~50 GB/s (perf/README.md), and a change can help in one
+state only (the bf16 GEMM without software prefetch: -20 % in the fast one). --slices N times N slices of 8 steps per
+build instead, each followed by one 128 MiB read, and reports the two builds per state (read above --fast-above GB/s
+or not), each slice's first step (after the read evicted the caches) left out.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ def main() -> None:
     parser.add_argument("--isl", type=int, default=128)
     parser.add_argument("--osl", type=int, default=32, help="decode steps per timed run (their median counts)")
     parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--slices", type=int, default=0, help="time slices paired with memory reads instead (above)")
+    parser.add_argument("--fast-above", type=float, default=42.0, help="GB/s: a slice's read above this is the fast state")
     args = parser.parse_args()
     checkpoint = ROOT / "build" / "checkpoints" / f"{args.model}-{args.qformat}"
     if not checkpoint.is_dir():
@@ -57,6 +64,10 @@ def main() -> None:
                          f"--qformat {args.qformat})")
     batches = [int(b) for b in args.batches.split(",")]
     builds = [load_runner(tree.resolve(), checkpoint, max(batches)) for tree in (args.base, args.new)]
+    if args.slices:
+        for batch in batches:
+            paired_slices(builds, batch, args.isl, args.slices, args.fast_above * 1e9)
+        return
     best = {(i, b): float("inf") for i in (0, 1) for b in batches}
     for repeat in range(args.repeats):
         for batch in batches:
@@ -68,6 +79,49 @@ def main() -> None:
     for batch in batches:
         base, new = best[(0, batch)] * 1e3, best[(1, batch)] * 1e3
         print(f"B={batch:2d}: base {base:7.3f} ms  new {new:7.3f} ms  new/base {new / base:.3f}")
+
+
+def paired_slices(builds, batch: int, isl: int, slices: int, fast_above: float, steps: int = 8) -> None:
+    """Both builds' decode steps at `batch` in alternating slices, each slice followed by one memory read; the
+    median step per build in each memory state."""
+    import statistics
+
+    import torch
+
+    buffer = torch.ones(32 * 2**20)  # 128 MiB
+
+    def read() -> float:
+        start = time.perf_counter()
+        buffer.sum()
+        return buffer.nbytes / (time.perf_counter() - start)
+
+    plans = []
+    for runner, bench in builds:
+        prefill, decode, _ = bench._steps(batch, isl)
+        for seq in range(batch):
+            runner.forward(prefill(seq))
+        plans.append([decode(pos) for pos in range(isl, isl + steps)])
+    times: dict[tuple[int, bool], list[float]] = {}
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(slices):
+        for b in ((0, 1) if i % 2 == 0 else (1, 0)):
+            step_times = []
+            for step in plans[b]:
+                start = time.perf_counter()
+                builds[b][0].forward(step)
+                step_times.append(time.perf_counter() - start)
+            rate = read()
+            fast = rate > fast_above
+            rates[fast].append(rate)
+            times.setdefault((b, fast), []).append(statistics.median(step_times[1:]))
+    for fast in (True, False):
+        if (0, fast) in times and (1, fast) in times:
+            base, new = (statistics.median(times[(b, fast)]) * 1e3 for b in (0, 1))
+            print(f"B={batch:2d} {'fast' if fast else 'slow'} state ({len(rates[fast])} reads, median "
+                  f"{statistics.median(rates[fast]) / 1e9:.1f} GB/s): base {base:7.3f} ms  new {new:7.3f} ms  "
+                  f"new/base {new / base:.3f}")
+        else:
+            print(f"B={batch:2d} {'fast' if fast else 'slow'} state: not seen for both builds in this run")
 
 
 if __name__ == "__main__":
