@@ -178,9 +178,10 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         # engine's in-flight gauge reads 0.
         script = tmp_path / "drain.py"
         script.write_text(drain_script(second.handle.metrics_port, endpoint_settle_s=0))
-        # As long as max_seq_len allows (3 per replica take 3 x 10 of the 32 KV blocks): on a fast
-        # CPU, 120-token streams ended before the drain began, and a drain of nothing proves nothing.
-        threads = [threading.Thread(target=_stream, args=(haproxy.url, STREAM_TOKENS, results)) for _ in range(6)]
+        # As long as max_seq_len allows, and twice what the KV cache takes at once (3 per replica take 3 x 10 of
+        # the 32 KV blocks; the next 3 wait their turn, in flight too): on a fast CPU, 120-token streams, and
+        # later 3 of 140 tokens per replica, ended before the drain began, and a drain of nothing proves nothing.
+        threads = [threading.Thread(target=_stream, args=(haproxy.url, STREAM_TOKENS, results)) for _ in range(12)]
         for thread in threads:
             thread.start()
         deadline = time.time() + 30
@@ -205,7 +206,7 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         for thread in list(controller._threads):
             thread.join(90)
         assert pre_stop.returncode == 0 and idle_at is not None and script_done >= idle_at - 1.5
-        assert sorted(results) == [(STREAM_TOKENS, None)] * 6
+        assert sorted(results) == [(STREAM_TOKENS, None)] * 12
         assert after == [(4, None)]
         drained = controller.drained[0]
         assert drained["replica"] == second.name and drained["in_flight_at_drain"] > 0
