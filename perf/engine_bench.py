@@ -55,6 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from toolkit.engine.runtime.step_timing import device_sync, median_decode_step, synthetic_steps  # noqa: E402
 PEERS = ROOT / "perf" / ".peers"
 FORMATS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq")
 PEER_FOR = {"none": ("bf16", "f16"), "fp8": ("q8_0",), "int8_sq": ("q8_0",), "int4_awq": ("q4_0",),
@@ -64,53 +65,13 @@ BLOCK = 32
 
 def _steps(batch: int, isl: int, start_token: int = 5):
     """Prefill StepInputs (one per sequence) and a decode-step factory over disjoint block ranges."""
-    import torch
-
-    from toolkit.engine.runtime.step import StepInput
-
-    per_seq = -(-(isl + 256) // BLOCK)
-    tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
-    prompt = [(start_token + i * 7) % 1000 + 4 for i in range(isl)]
-
-    def prefill(seq: int) -> StepInput:
-        slots = torch.tensor([tables[seq][p // BLOCK] * BLOCK + p % BLOCK for p in range(isl)])
-        return StepInput(torch.tensor(prompt), torch.arange(isl), [isl], [isl], [tables[seq][: -(-isl // BLOCK)]],
-                         slots, torch.tensor([isl - 1]))
-
-    def decode(pos: int) -> StepInput:
-        slots = torch.tensor([tables[s][pos // BLOCK] * BLOCK + pos % BLOCK for s in range(batch)])
-        n = pos + 1
-        return StepInput(torch.full((batch,), 11), torch.full((batch,), pos), [1] * batch, [n] * batch,
-                         [t[: -(-n // BLOCK)] for t in tables], slots, torch.arange(batch))
-
-    return prefill, decode, per_seq * batch
-
-
-def _synchronized(runner):
-    """What waits for the runner's device: a CUDA step returns once its kernels are queued, not run."""
-    import torch
-
-    return torch.cuda.synchronize if str(runner.device).startswith("cuda") else (lambda: None)
+    return synthetic_steps(batch, isl, BLOCK, start_token=start_token)
 
 
 def _median_step(runner, batch: int, isl: int, osl: int) -> float:
     """`batch` sequences prefilled with `isl` tokens, then `osl` decode steps: the median step (the first two
     left out), in seconds."""
-    import torch
-
-    prefill, decode, _ = _steps(batch, isl)
-    sync = _synchronized(runner)
-    for s in range(batch):
-        runner.forward(prefill(s))
-    times = []
-    for pos in range(isl, isl + osl):
-        sync()
-        t = time.perf_counter()
-        logits = runner.forward(decode(pos))
-        sync()
-        times.append(time.perf_counter() - t)
-    assert torch.isfinite(logits).all()
-    return statistics.median(times[2:])
+    return median_decode_step(runner, batch, isl, osl, BLOCK)
 
 
 PAIRS = 24  # slices of batch-1 decode steps, each followed by one memory read, for the paired floor (_paired_floor)
@@ -154,7 +115,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     start = time.perf_counter()
     runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, native=native, threads=threads,
                          device=device, **runner_options)
-    sync = _synchronized(runner)
+    sync = device_sync(runner)
     load_s = time.perf_counter() - start
     runner.warm_up(max(batches), isl)
     result = {"weight_format": runner.weight_format, "weight_bytes": runner.weight_bytes, "load_s": load_s,

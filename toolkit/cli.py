@@ -513,6 +513,7 @@ def deploy_testbed_cmd(config_path, sets, rates, step_duration, sync_s, out_root
 def demo_cmd(config_path, sets):
     """init-model → quantize → build → repo → serve → sweep → report, then stop the server."""
     from toolkit import pipeline
+    from toolkit.engine.format_effect import format_effect_sentence
 
     config, layout = _load(config_path, sets)
     echo = click.echo
@@ -531,6 +532,7 @@ def demo_cmd(config_path, sets):
     finally:
         pipeline.stop(layout)
         echo("      server       stopped")
+    effect = _format_effect(config, layout, run_dir)
     report = pipeline.report(run_dir)
     findings, doctor = pipeline.doctor(run_dir)
     for finding in findings:
@@ -539,9 +541,25 @@ def demo_cmd(config_path, sets):
     summary = json.loads((run_dir / "summary.json").read_text())
     prog = _how_to_call()
     again = "" if config_path == DEFAULT_CONFIG else f" -c {config_path}"
-    echo(f"\n{measured_sentence(summary)}\nThe server is stopped. Next: `{prog} serve{again} --detach` starts it "
+    closing = measured_sentence(summary) + (f"\n{format_effect_sentence(effect)}" if effect else "")
+    echo(f"\n{closing}\nThe server is stopped. Next: `{prog} serve{again} --detach` starts it "
          f"again, `{prog} sweep{again} --concurrency 1 --concurrency 16 --step-warmup 16` measures more, "
          f"`{prog} stop{again}` stops it; open {report.with_suffix('.html')} in a browser.")
+
+
+def _format_effect(config, layout, run_dir):
+    """The demo's format effect (pipeline.format_effect), said as it is measured; a failure costs only this line."""
+    from toolkit import pipeline
+
+    try:
+        effect = pipeline.format_effect(config, layout, run_dir)
+    except (ToolkitError, OSError, RuntimeError, ValueError) as exc:
+        click.echo(f"      format       not measured against the unquantized model: {exc}")
+        return None
+    if effect is not None:
+        click.echo(f"      format       {effect.qformat}: {effect.step_ms:.2f} ms per batch-1 decode step against "
+                   f"{effect.reference_step_ms:.2f} ms unquantized (x{effect.ratio:.2f}; engine alone, alternating)")
+    return effect
 
 
 def _how_to_call() -> str:

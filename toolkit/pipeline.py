@@ -163,6 +163,22 @@ def fetch_engine_timeline(config: DeploymentConfig, layout: ArtifactLayout, run_
     copy_window(timeline_file(layout.repo_dir), run_dir, started, time.time())
 
 
+def format_effect(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path):
+    """What the served weight format buys, on the CPU engine alone against the same model unquantized
+    (toolkit/engine/format_effect.py), into the run folder (format_effect.json) for its report; None where
+    there is nothing to compare (a GPU target, an unquantized model, a server elsewhere)."""
+    if target_of(config).on_gpu or config.sweep.url or config.quantize.qformat == "none":
+        return None
+    from toolkit.bench.rundir import RunDir
+    from toolkit.engine.format_effect import measure_format_effect, planner_ratio, write_format_effect
+
+    qformat = config.quantize.qformat
+    effect = measure_format_effect(layout.engine_dir, ensure_model(config, layout), qformat,
+                                   planner=planner_ratio(RunDir.open(run_dir).plan(), qformat))
+    write_format_effect(effect, run_dir)
+    return effect
+
+
 def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:
     """report.md and report.html beside the (first) run; several runs are compared on one page."""
     from toolkit.report.html import write_html_report

@@ -17,6 +17,7 @@ from typing import Callable
 
 from toolkit.bench.metrics import METRICS, RECORD_METRICS
 from toolkit.bench.rundir import RunDir
+from toolkit.engine.format_effect import format_effect_sentence, read_format_effect
 from toolkit.report.workload_tables import workload_lines
 
 COLUMNS = ["avg", "min", "max", "std", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99"]
@@ -238,6 +239,9 @@ def run_header(run: RunDir) -> list[str]:
             out.append(f"- {key.replace('_', ' ')}: `{info[key]}`")
     if run_date(run):
         out.append(f"- started: {run_date(run)}; folder `{run.path}`")
+    effect = read_format_effect(run.path)
+    if effect is not None:
+        out.append(f"- weight format's effect. {format_effect_sentence(effect)}")
     s = info.get("sweep")
     if s:
         if s.get("mode") == "rate":

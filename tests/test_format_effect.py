@@ -1,0 +1,59 @@
+"""The demo's format effect: the built CPU engine against the same model unquantized, on the engine alone."""
+
+import json
+
+import pytest
+
+from e2e_helpers import tiny_deployment
+from toolkit import pipeline
+from toolkit.bench.rundir import RunDir
+from toolkit.engine.format_effect import (FormatEffect, format_effect_sentence, planner_ratio, read_format_effect,
+                                          write_format_effect)
+from toolkit.report.markdown import run_header
+
+EFFECT = FormatEffect("int4_awq", "int4-g128-int8act", 56_000_000, 2.0, 205_000_000, 6.0, 128, 0.3)
+
+
+def test_planner_ratio_reads_the_plans_format_table():
+    plan = {"formats": [{"weights": "bf16", "decode_step_batch1_s": 0.006},
+                        {"weights": "int4_awq", "decode_step_batch1_s": 0.0018}]}
+    assert planner_ratio(plan, "int4_awq") == pytest.approx(0.3)
+    assert planner_ratio(plan, "none") == pytest.approx(1.0)
+    assert planner_ratio(plan, "fp8") is None and planner_ratio(None, "fp8") is None
+
+
+def test_sentence_says_both_steps_the_bytes_and_the_planner():
+    sentence = format_effect_sentence(EFFECT)
+    assert "int4_awq on int4-g128-int8act kernels took 2.00 ms a step against 6.00 ms (x0.33)" in sentence
+    assert "reading 56 of 205 MB of weights (x0.27); the planner predicted x0.30." in sentence
+    without_plan = FormatEffect(**{**EFFECT.__dict__, "planner_ratio": None})
+    assert "planner" not in format_effect_sentence(without_plan)
+
+
+def test_the_run_folder_keeps_it_and_the_report_says_it(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"run": {"model": "small", "qformat": "int4_awq"}, "steps": []}))
+    assert read_format_effect(tmp_path) is None
+    assert not any("format's effect" in line for line in run_header(RunDir.open(tmp_path)))
+    write_format_effect(EFFECT, tmp_path)
+    assert read_format_effect(tmp_path) == EFFECT
+    assert f"- weight format's effect. {format_effect_sentence(EFFECT)}" in run_header(RunDir.open(tmp_path))
+    (tmp_path / "format_effect.json").write_text("{broken")
+    assert read_format_effect(tmp_path) is None  # a damaged file costs the line, not the report
+
+
+def test_measured_on_the_built_engine_against_the_unquantized_model(tmp_path, tiny_model_dir):
+    config, layout = tiny_deployment(tmp_path, tiny_model_dir, quantize={"qformat": "int8_sq"})
+    pipeline.quantize(config, layout)
+    pipeline.build(config, layout)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps({"run": {}, "steps": []}))
+    effect = pipeline.format_effect(config, layout, run_dir)
+    assert effect.qformat == "int8_sq" and effect.weight_format.startswith("int8")
+    # int8 linears against bf16 ones; the embeddings, norms and lm_head stay 16-bit in both
+    assert effect.reference_weight_bytes > effect.weight_bytes > 0 and effect.step_ms > 0 < effect.reference_step_ms
+    assert effect.planner_ratio is None  # this run folder has no plan.json
+    assert read_format_effect(run_dir) == effect
+
+    unquantized, unquantized_layout = tiny_deployment(tmp_path / "none", tiny_model_dir, quantize={"qformat": "none"})
+    assert pipeline.format_effect(unquantized, unquantized_layout, run_dir) is None  # nothing to compare

@@ -1,0 +1,87 @@
+"""Timing the runner's own steps, without a scheduler, a server or sampling: synthetic sequences on disjoint
+KV blocks, prefilled, then decoded one token a step. What perf/engine_bench.py measures the engine with, and
+what the demo's format effect (toolkit/engine/format_effect.py) alternates two runners on."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def synthetic_steps(batch: int, isl: int, block_size: int, vocab_size: int = 1004, start_token: int = 5):
+    """(prefill(seq) -> StepInput, decode(pos) -> StepInput, blocks used): `batch` sequences of an `isl`-token
+    prompt each, on disjoint block ranges with room for 256 more tokens; decode(pos) writes every sequence's
+    token at position `pos`. Token ids stay below vocab_size (ids 0-3 are the tokenizers' specials)."""
+    import torch
+
+    from toolkit.engine.runtime.step import StepInput
+
+    per_seq = -(-(isl + 256) // block_size)
+    tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
+    ids = min(1000, vocab_size - 4)
+    prompt = [(start_token + i * 7) % ids + 4 for i in range(isl)]
+    token = min(11, vocab_size - 1)
+
+    def prefill(seq: int) -> StepInput:
+        slots = torch.tensor([tables[seq][p // block_size] * block_size + p % block_size for p in range(isl)])
+        return StepInput(torch.tensor(prompt), torch.arange(isl), [isl], [isl], [tables[seq][: -(-isl // block_size)]],
+                         slots, torch.tensor([isl - 1]))
+
+    def decode(pos: int) -> StepInput:
+        slots = torch.tensor([tables[s][pos // block_size] * block_size + pos % block_size for s in range(batch)])
+        n = pos + 1
+        return StepInput(torch.full((batch,), token), torch.full((batch,), pos), [1] * batch, [n] * batch,
+                         [t[: -(-n // block_size)] for t in tables], slots, torch.arange(batch))
+
+    return prefill, decode, per_seq * batch
+
+
+def device_sync(runner):
+    """What waits for the runner's device: a CUDA step returns once its kernels are queued, not run."""
+    import torch
+
+    return torch.cuda.synchronize if str(runner.device).startswith("cuda") else (lambda: None)
+
+
+def median_decode_step(runner, batch: int, isl: int, steps: int, block_size: int) -> float:
+    """`batch` sequences prefilled with `isl` tokens, then `steps` decode steps: the median step (the first two
+    left out: caches and allocator settling), in seconds."""
+    import torch
+
+    prefill, decode, _ = synthetic_steps(batch, isl, block_size, runner.spec.vocab_size)
+    sync = device_sync(runner)
+    for s in range(batch):
+        runner.forward(prefill(s))
+    times = []
+    for pos in range(isl, isl + steps):
+        sync()
+        start = time.perf_counter()
+        logits = runner.forward(decode(pos))
+        sync()
+        times.append(time.perf_counter() - start)
+    assert torch.isfinite(logits).all()
+    return statistics.median(times[2:])
+
+
+def alternating_decode_steps(runners: list, isl: int, block_size: int, slices: int = 12,
+                             steps_per_slice: int = 8) -> list[float]:
+    """Batch-1 decode steps of several runners in alternating slices (the order reversed every slice), so that
+    each samples the same minutes of a machine whose speed drifts: each runner's median step, in seconds (every
+    slice's first step left out: the other runner's slice evicted the caches)."""
+    decoders, times = [], [[] for _ in runners]
+    for runner in runners:
+        prefill, decode, _ = synthetic_steps(1, isl, block_size, runner.spec.vocab_size)
+        runner.forward(prefill(0))
+        decoders.append(decode)
+    for i in range(slices):
+        order = range(len(runners)) if i % 2 == 0 else reversed(range(len(runners)))
+        for r in order:
+            runner, sync = runners[r], device_sync(runners[r])
+            for pos in range(isl, isl + steps_per_slice):  # the same positions again: the bytes read do not change
+                sync()
+                start = time.perf_counter()
+                runner.forward(decoders[r](pos))
+                sync()
+                if pos > isl:
+                    times[r].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
