@@ -649,10 +649,15 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
 #define STREAM_PREFETCH 8192
 #ifdef __AVX512F__
 /* The one prefetch policy of the streaming GEMMs: the weights at `at` fetched STREAM_PREFETCH ahead into L2
- * where few rows leave the kernel memory-bound, WEIGHT_PREFETCH ahead into L1 where it is compute-bound. */
-INLINE void prefetch_weights(const void *at, const int memory_bound) {
-    if (memory_bound) _mm_prefetch((const char *)at + STREAM_PREFETCH, _MM_HINT_T1);
-    else _mm_prefetch((const char *)at + WEIGHT_PREFETCH, _MM_HINT_T0);
+ * where few rows leave the kernel memory-bound, WEIGHT_PREFETCH ahead into L1 where it is compute-bound; or,
+ * where a kernel reads a block of weight rows side by side (`block` bytes) longer than that, the next block's
+ * same line: a shorter reach lands in the block's own later rows, already on their way, and leaves the next
+ * block's unfetched (bf16 from 8 rows, 4 rows of down's 2048 inputs: whole steps at 8 / 12 / 16 sequences
+ * -8..-10 / -7 / -5 %, 2026-11-26, Zen 4, both memory states). */
+INLINE void prefetch_weights(const void *at, const int memory_bound, const int64_t block) {
+    const int64_t usual = memory_bound ? STREAM_PREFETCH : WEIGHT_PREFETCH, ahead = block > usual ? block : usual;
+    if (memory_bound) _mm_prefetch((const char *)at + ahead, _MM_HINT_T1);
+    else _mm_prefetch((const char *)at + ahead, _MM_HINT_T0);
 }
 #endif
 /* Tile loops run over `rows` accumulators, `rows` made a constant by FOR_1_TO_8. */
@@ -833,7 +838,7 @@ INLINE void bf16_tile(const uint16_t *x, const int rows, int K, const uint16_t *
         /* 1-2 rows: the hardware prefetchers alone stream faster (whole bf16 steps at 1 / 2 sequences -22 / -5..-8 %
          * against prefetching into L2, more where the VM's memory runs fast; 2026-11-26, alternating in one process).
          * fp8, INT8-SQ and int4 do more work per byte and keep theirs (without: fp8 +4 %, int4 GEMVs at half speed). */
-        if (rows > 2) prefetch_weights(wrow + k, 1);
+        if (rows > 2) prefetch_weights(wrow + k, 1, 2 * (int64_t)K);
         __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(wrow + k));
         for (int m = 0; m < rows; m++)
             acc[m] = _mm512_dpbf16_ps(acc[m], wv, (__m512bh)_mm512_loadu_si512((const void *)(x + m * K + k)));
@@ -859,7 +864,7 @@ INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t 
     for (int k = 0; k < K; k += 32) {
         __m512bh wv[4];
         for (int j = 0; j < 4; j++) {
-            prefetch_weights(w + (int64_t)j * K + k, 1);
+            prefetch_weights(w + (int64_t)j * K + k, 1, 4 * 2 * (int64_t)K);
             wv[j] = (__m512bh)_mm512_loadu_si512((const void *)(w + (int64_t)j * K + k));
         }
         for (int m = 0; m < rows; m++) {
@@ -935,7 +940,7 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
         for (int k = g0; k < g0 + group; k += 64) {
             for (int j = 0; j < nb; j++) {
                 /* several activation rows (nb 1): every 32 bytes into L1; one or two: once per cache line */
-                if (!streaming || (k & 127) == 0) prefetch_weights(w + j * wstride + k / 2, streaming);
+                if (!streaming || (k & 127) == 0) prefetch_weights(w + j * wstride + k / 2, streaming, nb * wstride);
                 __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + j * wstride + k / 2)));
                 __m512bh w0 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(bytes, low), table);
                 __m512bh w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
@@ -1014,7 +1019,7 @@ INLINE void int4_a8_block(const int8_t *xq, const float *xs, const int32_t *x0, 
                     part[m * nb + j] = _mm512_load_si512((const void *)(x0 + (m * chunks + c) * 16));
             for (int j = 0; j < nb; j++) {
                 const uint8_t *at = w + j * wstride + c * 64;
-                prefetch_weights(at, streaming);
+                prefetch_weights(at, streaming, nb * wstride);
                 const __m512i bytes = _mm512_loadu_si512((const void *)at);
                 const __m512i lo = _mm512_and_si512(bytes, low), hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low);
                 for (int m = 0; m < rows; m++) {
@@ -1183,7 +1188,7 @@ INLINE void fp8_tile(const uint16_t *x, const int rows, const int nb, int K, con
     for (int k = 0; k < K; k += 64) {
         for (int j = 0; j < nb; j++) {
             const uint8_t *at = wrow + (int64_t)j * K + k;
-            prefetch_weights(at, rows <= 2);
+            prefetch_weights(at, rows <= 2, nb * (int64_t)K);
             __m512i bytes = _mm512_loadu_si512((const void *)at);
             __m512bh w0 = fp8_as_bf16(_mm512_unpacklo_epi8(zero, bytes)), w1 = fp8_as_bf16(_mm512_unpackhi_epi8(zero, bytes));
             for (int m = 0; m < rows; m++) {
@@ -1314,7 +1319,7 @@ INLINE void vnni_block(const uint8_t *xq, const int rows, int K, int kpad, const
     for (int k = 0; k < K; k += 64) {
         /* past K the weights load as zeros (the padded activations may be anything times zero) */
         const __mmask64 live = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
-        prefetch_weights(wrow + k, 1);
+        prefetch_weights(wrow + k, 1, K);
         __m512i wv = _mm512_maskz_loadu_epi8(live, (const void *)(wrow + k));
         for (int m = 0; m < rows; m++)
             acc[m] = _mm512_dpbusd_epi32(acc[m], _mm512_loadu_si512((const void *)(xq + m * kpad + k)), wv);
