@@ -27,7 +27,9 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   the VM, not the engine. And paired (since 2026-11-26 afternoon): 24 slices of 8 batch-1 steps, each followed
   by one read by the probe's bandwidth kernel, the median of each slice's step (its first, after the read evicted
   the caches, left out) against the floor at that read's rate: the VM flips within seconds, and the best of a few
-  short reads against the best of a few 64-step medians measured the odds of catching a fast moment.
+  short reads against the best of a few 64-step medians measured the odds of catching a fast moment. Given per
+  memory state (since 2026-11-26 night): the slices whose read ran above 42 GB/s (the fast state) apart from the
+  rest, where either holds 3 or more, as a step can be memory-bound in one state and compute-bound in the other.
 - step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
   stubbed out (dispatch, norms, RoPE, activation rounding, KV writes): the step's fixed cost; the same at
   the largest batch gives a cost per sequence.
@@ -76,6 +78,7 @@ def _median_step(runner, batch: int, isl: int, osl: int) -> float:
 
 PAIRS = 24  # slices of batch-1 decode steps, each followed by one memory read, for the paired floor (_paired_floor)
 SLICE = 8  # decode steps per slice: the first, after the read evicted the caches, left out
+FAST_ABOVE = 42e9  # bytes/s: a slice whose read ran faster caught this VM's fast memory state (~50 GB/s, else ~30)
 
 
 def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = PAIRS) -> dict:
@@ -84,7 +87,9 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
     against the floor at the rate read right after. This VM's memory flips within seconds between ~30 and ~50 GB/s
     (neighbours' load), so a floor from the fastest of a few short reads against a step from the best of a few
     64-step medians measured the odds of catching a fast moment, not the engine (2026-11-26: the same step read 1.1x
-    one floor and 1.7x the next). Medians over `pairs` slices: the step, the rate, and the step / floor ratio."""
+    one floor and 1.7x the next). Medians over `pairs` slices: the step, the rate, and the step / floor ratio; and the
+    same per memory state (["states"]["slow" / "fast"], by FAST_ABOVE), where a state held at least 3 slices: a step
+    that is memory-bound in the slow state can be bound by its kernel's arithmetic in the fast one."""
     prefill, decode, _ = _steps(1, isl)
     runner.forward(prefill(0))
     steps, rates, ratios = [], [], []
@@ -98,8 +103,23 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
         steps.append(statistics.median(times[1:]))
         rates.append(read_once())
         ratios.append(steps[-1] / (step_bytes / rates[-1]))
+    states = {}
+    for state, caught in (("slow", lambda rate: rate <= FAST_ABOVE), ("fast", lambda rate: rate > FAST_ABOVE)):
+        picked = [i for i, rate in enumerate(rates) if caught(rate)]
+        if len(picked) >= 3:
+            states[state] = {"pairs": len(picked), "step_ms": statistics.median(steps[i] for i in picked) * 1e3,
+                             "bandwidth": statistics.median(rates[i] for i in picked),
+                             "ratio": statistics.median(ratios[i] for i in picked)}
     return {"pairs": pairs, "step_ms": statistics.median(steps) * 1e3, "bandwidth": statistics.median(rates),
-            "ratio": statistics.median(ratios)}
+            "ratio": statistics.median(ratios), "states": states}
+
+
+def _paired_cell(paired: dict) -> str:
+    """The paired ratio per memory state ("slow 1.02 (6.41 at 33.3); fast 1.37 (2.78 at 52.6)"), or over all slices
+    where a run holds no per-state figures."""
+    states = paired.get("states") or {"all": paired}
+    return "; ".join(f"{state} {p['ratio']:.2f} ({p['step_ms']:.2f} at {p['bandwidth'] / 1e9:.1f})"
+                     for state, p in states.items())
 
 
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
@@ -451,8 +471,7 @@ def main() -> None:
               + f"  floor {r['floor_ms']:.2f} ms streaming at {r['floor_bandwidth'] / 1e9:.1f} GB/s: "
               + f"x{itl[batches[0]] / r['floor_ms']:.2f}; {r['reread_floor_ms']:.2f} ms re-reading the step's bytes at "
               + f"{r['reread_bandwidth'] / 1e9:.1f}: x{itl[batches[0]] / r['reread_floor_ms']:.2f}"
-              + (f"; paired: step {r['paired']['step_ms']:.2f} ms at {r['paired']['bandwidth'] / 1e9:.1f} GB/s, "
-                 f"x{r['paired']['ratio']:.2f}" if "paired" in r else "")
+              + (f"; paired, x (step ms at GB/s): {_paired_cell(r['paired'])}" if "paired" in r else "")
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence",
               flush=True)
     peers = {}
@@ -488,7 +507,7 @@ def main() -> None:
 def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor"
-            + f" | B=1 / floor, paired (step ms at GB/s) | B=1 / re-read floor (GB/s) | "
+            + f" | B=1 / floor, paired per memory state (step ms at GB/s) | B=1 / re-read floor (GB/s) | "
             + " | ".join(f"B={b} / roofline" for b in batches)
             + " | planner B=1 ms (error at each B) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")
@@ -505,8 +524,7 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
                      + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq"
                      + f" | {r['floor_ms']:.2f} ({r['floor_bandwidth'] / 1e9:.1f}) | "
                      + f"{itl[batches[0]] / r['floor_ms']:.2f} | "
-                     + (f"{r['paired']['ratio']:.2f} ({r['paired']['step_ms']:.2f} at {r['paired']['bandwidth'] / 1e9:.1f}) | "
-                        if "paired" in r else "- | ")
+                     + (f"{_paired_cell(r['paired'])} | " if "paired" in r else "- | ")
                      + f"{itl[batches[0]] / r['reread_floor_ms']:.2f} ({r['reread_bandwidth'] / 1e9:.1f}) | "
                      + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
                      + f" | {planner:.2f} ({errors} %) | {'; '.join(peer) or '-'}"
