@@ -3,9 +3,11 @@
 import json
 
 import pytest
+import yaml
 
-from e2e_helpers import tiny_deployment
+from test_cli_errors import assert_one_line_error, run_cli
 from toolkit import pipeline
+from toolkit.config import ArtifactLayout, load_config
 from toolkit.bench.rundir import RunDir
 from toolkit.engine.format_effect import (FormatEffect, format_effect_sentence, planner_ratio, read_format_effect,
                                           write_format_effect)
@@ -41,10 +43,25 @@ def test_the_run_folder_keeps_it_and_the_report_says_it(tmp_path):
     assert read_format_effect(tmp_path) is None  # a damaged file costs the line, not the report
 
 
-def test_measured_on_the_built_engine_against_the_unquantized_model(tmp_path, tiny_model_dir):
-    config, layout = tiny_deployment(tmp_path, tiny_model_dir, quantize={"qformat": "int8_sq"})
+@pytest.fixture(scope="module")
+def int8_engine(tmp_path_factory, tiny_model_dir):
+    """A tiny INT8-SQ CPU engine built from a config file, as a user's `toolkit build -c` leaves it."""
+    tmp = tmp_path_factory.mktemp("format-effect")
+    config_file = tmp / "int8.yaml"
+    config_file.write_text(yaml.safe_dump({
+        "name": "fx", "model": {"source": str(tiny_model_dir), "name": "tiny"}, "quantize": {"qformat": "int8_sq"},
+        "engine": {"max_batch_size": 4, "max_input_len": 96, "max_seq_len": 160, "kv_cache_blocks": 32,
+                   "tokens_per_block": 16, "max_num_tokens": 256},
+        "paths": {"build_dir": str(tmp / "build"), "repo_root": str(tmp / "model_repo"), "runs_dir": str(tmp / "runs")}}))
+    config = load_config(config_file)
+    layout = ArtifactLayout(config)
     pipeline.quantize(config, layout)
     pipeline.build(config, layout)
+    return config_file, config, layout
+
+
+def test_measured_on_the_built_engine_against_the_unquantized_model(tmp_path, int8_engine):
+    _, config, layout = int8_engine
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "summary.json").write_text(json.dumps({"run": {}, "steps": []}))
@@ -55,5 +72,15 @@ def test_measured_on_the_built_engine_against_the_unquantized_model(tmp_path, ti
     assert effect.planner_ratio is None  # this run folder has no plan.json
     assert read_format_effect(run_dir) == effect
 
-    unquantized, unquantized_layout = tiny_deployment(tmp_path / "none", tiny_model_dir, quantize={"qformat": "none"})
-    assert pipeline.format_effect(unquantized, unquantized_layout, run_dir) is None  # nothing to compare
+
+def test_the_command_says_it_and_refuses_what_it_cannot_compare(tmp_path, int8_engine):
+    config_file, _, _ = int8_engine
+    result = run_cli("format-effect", "-c", str(config_file))
+    assert result.returncode == 0, result.stderr
+    assert "int8_sq on int8" in result.stdout and "the planner predicted x" in result.stdout  # planned here
+    unquantized = tmp_path / "none.yaml"
+    unquantized.write_text(config_file.read_text().replace("int8_sq", "none"))
+    assert_one_line_error(run_cli("format-effect", "-c", str(unquantized)), "nothing to compare", "quantize.qformat is none")
+    unbuilt = tmp_path / "unbuilt.yaml"
+    unbuilt.write_text(config_file.read_text().replace(str(config_file.parent / "build"), str(tmp_path / "empty")))
+    assert_one_line_error(run_cli("format-effect", "-c", str(unbuilt)), "no CPU engine built at", "toolkit build")

@@ -401,6 +401,28 @@ def scenario_cmd(name, config_path, sets, repeat, out_root, list_them):
     click.echo(f"scenario: {out_dir}")
 
 
+@cli.command("format-effect")
+@config_options
+@click.option("--run", "run_dir", type=click.Path(path_type=Path), default=None,
+              help="A sweep run of this config to keep it in (format_effect.json; its report shows it).")
+def format_effect_cmd(config_path, sets, run_dir):
+    """What the weight format buys on the CPU engine alone: the built engine against the same model unquantized,
+    batch-1 decode steps alternating (a few seconds), beside the weight bytes and the planner's ratio."""
+    from toolkit import pipeline
+    from toolkit.engine.format_effect import format_effect_sentence
+
+    config, layout = _load(config_path, sets)
+    effect = pipeline.format_effect(config, layout, run_dir)
+    if effect is None:
+        raise ToolkitError(f"nothing to compare for {config.name}: quantize.qformat is {config.quantize.qformat}, "
+                           f"target {config.engine.target}" + (", a server elsewhere" if config.sweep.url else ""),
+                           "the format effect is measured on the CPU engine of a quantized model (`toolkit ab` "
+                           "compares formats through the server anywhere)")
+    click.echo(format_effect_sentence(effect))
+    if run_dir is not None:
+        click.echo(f"kept in {Path(run_dir) / 'format_effect.json'}; `toolkit report {run_dir}` shows it")
+
+
 @cli.command("plan")
 @config_options
 @click.option("--model", "-m", default=None, help="Known model name (e.g. llama-2-70b) or a checkpoint directory.")

@@ -163,20 +163,38 @@ def fetch_engine_timeline(config: DeploymentConfig, layout: ArtifactLayout, run_
     copy_window(timeline_file(layout.repo_dir), run_dir, started, time.time())
 
 
-def format_effect(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path):
+def format_effect(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path | None = None):
     """What the served weight format buys, on the CPU engine alone against the same model unquantized
-    (toolkit/engine/format_effect.py), into the run folder (format_effect.json) for its report; None where
-    there is nothing to compare (a GPU target, an unquantized model, a server elsewhere)."""
+    (toolkit/engine/format_effect.py); with `run_dir`, kept in that run folder (format_effect.json) for its report
+    and held against the plan the run wrote, else against a plan made here. None where there is nothing to compare:
+    a GPU target, an unquantized model, a server elsewhere."""
     if target_of(config).on_gpu or config.sweep.url or config.quantize.qformat == "none":
         return None
-    from toolkit.bench.rundir import RunDir
     from toolkit.engine.format_effect import measure_format_effect, planner_ratio, write_format_effect
+    from toolkit.engine.runtime.layout import ENGINE_CONFIG_FILE
 
+    if not (layout.engine_dir / ENGINE_CONFIG_FILE).is_file():
+        raise ToolkitError(f"no CPU engine built at {layout.engine_dir}", "run `toolkit build` for this config first")
     qformat = config.quantize.qformat
     effect = measure_format_effect(layout.engine_dir, ensure_model(config, layout), qformat,
-                                   planner=planner_ratio(RunDir.open(run_dir).plan(), qformat))
-    write_format_effect(effect, run_dir)
+                                   planner=planner_ratio(_plan_of(config, layout, run_dir), qformat))
+    if run_dir is not None:
+        write_format_effect(effect, run_dir)
     return effect
+
+
+def _plan_of(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path | None) -> dict | None:
+    """The plan a run wrote beside its measurements, else this config's plan now (None where none can be made)."""
+    from toolkit.bench.rundir import RunDir
+
+    if run_dir is not None:
+        return RunDir.open(run_dir).plan()
+    from toolkit.plan.stage import plan_for_config
+
+    try:
+        return plan_for_config(config, model_spec_for(config, layout))
+    except ToolkitError:
+        return None
 
 
 def report(run_dir: Path, *more_runs: Path, out: Path | None = None) -> Path:
