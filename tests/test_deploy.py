@@ -238,3 +238,40 @@ def test_the_testbed_reads_outcomes_and_steps_from_its_files():
     timeline = [{"t": 100, "replicas": 1, "metrics": {}}, {"t": 102, "replicas": 2, "metrics": {"kv": 0.9}},
                 {"t": 104, "replicas": 2, "metrics": {}}, {"t": 110, "replicas": 1, "metrics": {"kv": 0.1}}]
     assert [(e["t"], e["from"], e["to"]) for e in scaling_events(timeline)] == [(2, 1, 2), (10, 2, 1)]
+
+
+def test_the_prestop_drain_holds_while_requests_wait_for_admission(tmp_path):
+    """The pod's preStop script, against a metrics endpoint: it holds while the engine holds a request, queued
+    (`waiting`) as well as admitted (`active`), and exits once both read 0."""
+    import http.server
+    import threading
+    import time
+
+    from toolkit.deploy.launch import drain_script
+
+    served = {"active": 0, "waiting": 2}
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = "".join(f'nv_trt_llm_request_metrics{{model="tensorrt_llm",request_type="{kind}",version="1"}} '
+                           f"{value}\n" for kind, value in {**served, "max": 4}.items()).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    script = tmp_path / "drain.py"
+    script.write_text(drain_script(server.server_address[1], endpoint_settle_s=0))
+    try:
+        started = time.time()
+        drain = subprocess.Popen([sys.executable, str(script), "30"])
+        time.sleep(2.5)
+        assert drain.poll() is None  # two requests queued, none admitted: still draining
+        served["waiting"] = 0
+        assert drain.wait(10) == 0 and time.time() - started < 10
+    finally:
+        server.shutdown()

@@ -49,22 +49,28 @@ def server_command(config: DeploymentConfig, hosts: str | None = None) -> str:
     return text.replace("'$HOSTS'", '"$HOSTS"')
 
 
+# A request is in flight while the engine holds it: admitted to the batch (`active`) or queued for admission
+# (`waiting`), under TensorRT-LLM's backend metric names, which the CPU engine exports too. Not `active` alone: a
+# request between one finishing and its own admission reads 0 there and would be cut off by a drain that stopped.
+IN_FLIGHT_METRIC = r'^nv_trt_llm_request_metrics\{[^}]*request_type="(?:active|waiting)"[^}]*\} ([0-9.eE+-]+)$'
+
+
 def drain_script(metrics_port: int = PORTS["metrics"], endpoint_settle_s: float = 5) -> str:
     """preStop: the pod is already leaving the Service's endpoints (given `endpoint_settle_s` to take
-    effect); wait until no request is in flight (the engine's active-request gauge reads 0), then let
+    effect); wait until no request is in flight (the engine's active and waiting gauges read 0), then let
     SIGTERM stop Triton."""
     return f"""#!/usr/bin/env python3
 # preStop drain: give the endpoint controller time to stop routing here, then wait for in-flight streams.
 import re, sys, time, urllib.request
 time.sleep({endpoint_settle_s:g})
 deadline = time.time() + float(sys.argv[1]) if len(sys.argv) > 1 else time.time() + 120
-active = re.compile(r'^nv_trt_llm_request_metrics{{[^}}]*request_type="active"[^}}]*}} ([0-9.e+]+)', re.M)
+in_flight = re.compile({IN_FLIGHT_METRIC!r}, re.M)
 while time.time() < deadline:
     try:
         text = urllib.request.urlopen("http://127.0.0.1:{metrics_port}/metrics", timeout=2).read().decode()
     except OSError:
         break
-    values = [float(v) for v in active.findall(text)]
+    values = [float(v) for v in in_flight.findall(text)]
     if not values or sum(values) == 0:
         break
     time.sleep(1)

@@ -11,10 +11,10 @@ from pathlib import Path
 import requests
 
 from toolkit.config import ArtifactLayout, DeploymentConfig
+from toolkit.deploy.launch import IN_FLIGHT_METRIC
 from toolkit.serve.server import ServerHandle, start_server, stop_server
 
-# In-flight requests (queued or generating) under TensorRT-LLM's name, which the CPU engine exports.
-_ACTIVE = re.compile(r'^nv_trt_llm_request_metrics\{[^}]*request_type="active"[^}]*\} ([0-9.eE+-]+)$', re.M)
+_IN_FLIGHT = re.compile(IN_FLIGHT_METRIC, re.M)  # queued or generating (toolkit/deploy/launch.py)
 
 
 @dataclass
@@ -43,4 +43,4 @@ def in_flight(replica: Replica, timeout_s: float = 2.0) -> float:
         text = requests.get(replica.handle.metrics_url, timeout=timeout_s).text
     except requests.RequestException:
         return 0.0
-    return sum(float(v) for v in _ACTIVE.findall(text))
+    return sum(float(v) for v in _IN_FLIGHT.findall(text))
