@@ -9,27 +9,30 @@ from test_cli_errors import assert_one_line_error, run_cli
 from toolkit import pipeline
 from toolkit.config import ArtifactLayout, load_config
 from toolkit.bench.rundir import RunDir
-from toolkit.engine.format_effect import (FormatEffect, format_effect_sentence, planner_ratio, read_format_effect,
+from toolkit.engine.format_effect import (FormatEffect, format_effect_sentence, planner_ratios, read_format_effect,
                                           write_format_effect)
 from toolkit.report.markdown import run_header
 
-EFFECT = FormatEffect("int4_awq", "int4-g128-int8act", 56_000_000, 2.0, 205_000_000, 6.0, 128, 0.3)
+EFFECT = FormatEffect("int4_awq", "int4-g128-int8act", 56_000_000, 205_000_000, 128, {1: 2.0, 8: 9.6}, {1: 6.0, 8: 8.0},
+                      {1: 0.3, 8: 1.05})
 
 
-def test_planner_ratio_reads_the_plans_format_table():
-    plan = {"formats": [{"weights": "bf16", "decode_step_batch1_s": 0.006},
-                        {"weights": "int4_awq", "decode_step_batch1_s": 0.0018}]}
-    assert planner_ratio(plan, "int4_awq") == pytest.approx(0.3)
-    assert planner_ratio(plan, "none") == pytest.approx(1.0)
-    assert planner_ratio(plan, "fp8") is None and planner_ratio(None, "fp8") is None
+def test_planner_ratios_read_the_plans_format_table_at_batch_1_and_the_deployments():
+    plan = {"deployment": {"batch": 8},
+            "formats": [{"weights": "bf16", "decode_step_batch1_s": 0.006, "decode_step_s": 0.008},
+                        {"weights": "int4_awq", "decode_step_batch1_s": 0.0018, "decode_step_s": 0.0084}]}
+    assert planner_ratios(plan, "int4_awq") == pytest.approx({1: 0.3, 8: 1.05})
+    assert planner_ratios(plan, "none") == pytest.approx({1: 1.0, 8: 1.0})
+    assert planner_ratios(plan, "fp8") == {} == planner_ratios(None, "fp8")
 
 
-def test_sentence_says_both_steps_the_bytes_and_the_planner():
+def test_sentence_says_both_steps_the_bytes_and_the_planner_at_each_batch():
     sentence = format_effect_sentence(EFFECT)
-    assert "int4_awq on int4-g128-int8act kernels took 2.00 ms a step against 6.00 ms (x0.33)" in sentence
-    assert "reading 56 of 205 MB of weights (x0.27); the planner predicted x0.30." in sentence
-    without_plan = FormatEffect(**{**EFFECT.__dict__, "planner_ratio": None})
-    assert "planner" not in format_effect_sentence(without_plan)
+    assert ("int4_awq on int4-g128-int8act kernels took 2.00 ms a step against 6.00 ms at 1 sequence (x0.33), reading "
+            "56 of 205 MB of weights (x0.27); the planner predicted x0.30; at 8 sequences 9.60 against 8.00 ms (x1.20; "
+            "planner x1.05).") in sentence
+    one_batch = FormatEffect(**{**EFFECT.__dict__, "step_ms": {1: 2.0}, "reference_step_ms": {1: 6.0}, "planner_ratios": {}})
+    assert format_effect_sentence(one_batch).endswith("reading 56 of 205 MB of weights (x0.27).")
 
 
 def test_the_run_folder_keeps_it_and_the_report_says_it(tmp_path):
@@ -52,6 +55,7 @@ def int8_engine(tmp_path_factory, tiny_model_dir):
         "name": "fx", "model": {"source": str(tiny_model_dir), "name": "tiny"}, "quantize": {"qformat": "int8_sq"},
         "engine": {"max_batch_size": 4, "max_input_len": 96, "max_seq_len": 160, "kv_cache_blocks": 32,
                    "tokens_per_block": 16, "max_num_tokens": 256},
+        "sweep": {"concurrencies": [1, 8]},
         "paths": {"build_dir": str(tmp / "build"), "repo_root": str(tmp / "model_repo"), "runs_dir": str(tmp / "runs")}}))
     config = load_config(config_file)
     layout = ArtifactLayout(config)
@@ -68,8 +72,11 @@ def test_measured_on_the_built_engine_against_the_unquantized_model(tmp_path, in
     effect = pipeline.format_effect(config, layout, run_dir)
     assert effect.qformat == "int8_sq" and effect.weight_format.startswith("int8")
     # int8 linears against bf16 ones; the embeddings, norms and lm_head stay 16-bit in both
-    assert effect.reference_weight_bytes > effect.weight_bytes > 0 and effect.step_ms > 0 < effect.reference_step_ms
-    assert effect.planner_ratio is None  # this run folder has no plan.json
+    assert effect.reference_weight_bytes > effect.weight_bytes > 0
+    # one sequence and the sweep's most in flight, as far as the engine batches them (sweep 1, 8; batch 4)
+    assert set(effect.step_ms) == set(effect.reference_step_ms) == {1, 4}
+    assert min(effect.step_ms.values()) > 0 and min(effect.reference_step_ms.values()) > 0
+    assert effect.planner_ratios == {}  # this run folder has no plan.json
     assert read_format_effect(run_dir) == effect
 
 
@@ -78,6 +85,7 @@ def test_the_command_says_it_and_refuses_what_it_cannot_compare(tmp_path, int8_e
     result = run_cli("format-effect", "-c", str(config_file))
     assert result.returncode == 0, result.stderr
     assert "int8_sq on int8" in result.stdout and "the planner predicted x" in result.stdout  # planned here
+    assert "at 4 sequences" in result.stdout and "; planner x" in result.stdout  # the plan's batch: the engine's 4
     unquantized = tmp_path / "none.yaml"
     unquantized.write_text(config_file.read_text().replace("int8_sq", "none"))
     assert_one_line_error(run_cli("format-effect", "-c", str(unquantized)), "nothing to compare", "quantize.qformat is none")

@@ -579,8 +579,9 @@ def _format_effect(config, layout, run_dir):
         click.echo(f"      format       not measured against the unquantized model: {exc}")
         return None
     if effect is not None:
-        click.echo(f"      format       {effect.qformat}: {effect.step_ms:.2f} ms per batch-1 decode step against "
-                   f"{effect.reference_step_ms:.2f} ms unquantized (x{effect.ratio:.2f}; engine alone, alternating)")
+        steps = ", ".join(f"{effect.step_ms[b]:.2f} against {effect.reference_step_ms[b]:.2f} ms at {b} (x{effect.ratio(b):.2f})"
+                          for b in sorted(effect.step_ms))
+        click.echo(f"      format       {effect.qformat} against unquantized, a decode step at sequences: {steps}")
     return effect
 
 

@@ -170,14 +170,17 @@ def format_effect(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Pat
     a GPU target, an unquantized model, a server elsewhere."""
     if target_of(config).on_gpu or config.sweep.url or config.quantize.qformat == "none":
         return None
-    from toolkit.engine.format_effect import measure_format_effect, planner_ratio, write_format_effect
+    from toolkit.engine.format_effect import measure_format_effect, planner_ratios, write_format_effect
     from toolkit.engine.runtime.layout import ENGINE_CONFIG_FILE
 
     if not (layout.engine_dir / ENGINE_CONFIG_FILE).is_file():
         raise ToolkitError(f"no CPU engine built at {layout.engine_dir}", "run `toolkit build` for this config first")
     qformat = config.quantize.qformat
-    effect = measure_format_effect(layout.engine_dir, ensure_model(config, layout), qformat,
-                                   planner=planner_ratio(_plan_of(config, layout, run_dir), qformat))
+    # one sequence, and the most the sweep puts in flight (as far as the engine batches them; 16 at most: seconds)
+    loaded = max(config.sweep.concurrencies) if config.sweep.mode == "concurrency" else config.engine.max_batch_size
+    batches = tuple(sorted({1, min(loaded, config.engine.max_batch_size, 16)}))
+    effect = measure_format_effect(layout.engine_dir, ensure_model(config, layout), qformat, batches=batches,
+                                   planner=planner_ratios(_plan_of(config, layout, run_dir), qformat))
     if run_dir is not None:
         write_format_effect(effect, run_dir)
     return effect

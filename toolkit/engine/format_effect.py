@@ -3,15 +3,17 @@
 A sweep through Triton measures the deployment, but not what its quantization changed: that needs the same
 model unquantized on the same engine, at the same minute (this VM's memory speed flips within seconds, so two
 runs minutes apart compare the machine, not the formats). Here the built engine's runner and one over the
-original model in bf16 decode one sequence in alternating slices (toolkit/engine/runtime/step_timing.py), and
-the ratio of their steps stands beside the ratio of the weight bytes they read and the planner's prediction.
-`toolkit ab` measures the same question end to end through the server, with its interval, in minutes.
+original model in bf16 decode in alternating slices (toolkit/engine/runtime/step_timing.py), at one sequence,
+where a step reads every weight and fewer bytes are faster, and at the sweep's largest concurrency, where a CPU
+step can turn compute-bound and a format's unpacking can cost more than its bytes save. Their ratios stand
+beside the ratio of the weight bytes and the planner's prediction. `toolkit ab` measures the same question end
+to end through the server, with its interval, in minutes.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 FORMAT_EFFECT_FILE = "format_effect.json"  # beside a run's summary.json; the report shows it where present
@@ -23,32 +25,40 @@ class FormatEffect:
     qformat: str
     weight_format: str  # the kernels the engine runs the checkpoint on (fp8-a8, int4-g128-int8act, ...)
     weight_bytes: int
-    step_ms: float  # median batch-1 decode step
     reference_weight_bytes: int  # the same model unquantized, in bf16, on the same engine
-    reference_step_ms: float
     isl: int  # the context the steps decode at
-    planner_ratio: float | None = None  # the planner's batch-1 decode step, this format over bf16 (plan.json)
+    # median decode step (ms) at each batch measured, this format's and the reference's
+    step_ms: dict[int, float] = field(default_factory=dict)
+    reference_step_ms: dict[int, float] = field(default_factory=dict)
+    # the planner's decode step, this format's over bf16's, at the batches its plan gives (plan.json: 1, the deployment's)
+    planner_ratios: dict[int, float] = field(default_factory=dict)
 
-    @property
-    def ratio(self) -> float:
-        return self.step_ms / self.reference_step_ms
+    def ratio(self, batch: int) -> float:
+        return self.step_ms[batch] / self.reference_step_ms[batch]
 
     @property
     def bytes_ratio(self) -> float:
         return self.weight_bytes / self.reference_weight_bytes
 
 
-def planner_ratio(plan: dict | None, qformat: str) -> float | None:
-    """The plan's batch-1 decode step at `qformat`'s weights over bf16's (its per-format table), or None."""
-    steps = {f.get("weights"): f.get("decode_step_batch1_s") for f in (plan or {}).get("formats", [])}
-    ours, reference = steps.get("bf16" if qformat == "none" else qformat), steps.get(REFERENCE)
-    return ours / reference if ours and reference else None
+def planner_ratios(plan: dict | None, qformat: str) -> dict[int, float]:
+    """The plan's decode step at `qformat`'s weights over bf16's, from its per-format table: at batch 1 and at the
+    deployment's batch ({} where the plan has no such table)."""
+    formats = {f.get("weights"): f for f in (plan or {}).get("formats", [])}
+    ours, reference = formats.get("bf16" if qformat == "none" else qformat), formats.get(REFERENCE)
+    if not ours or not reference:
+        return {}
+    ratios = {1: ours["decode_step_batch1_s"] / reference["decode_step_batch1_s"]}
+    batch = (plan.get("deployment") or {}).get("batch")
+    if batch and batch != 1:
+        ratios[batch] = ours["decode_step_s"] / reference["decode_step_s"]
+    return ratios
 
 
-def measure_format_effect(engine_dir: Path, reference_dir: Path, qformat: str, *, isl: int = 128, slices: int = 12,
-                          planner: float | None = None) -> FormatEffect:
-    """Batch-1 decode steps of the CPU engine built at `engine_dir` and of the unquantized model at
-    `reference_dir` on the same engine options (activation and KV dtypes), alternating; a few seconds."""
+def measure_format_effect(engine_dir: Path, reference_dir: Path, qformat: str, *, batches: tuple[int, ...] = (1,),
+                          isl: int = 128, slices: int = 12, planner: dict[int, float] | None = None) -> FormatEffect:
+    """Decode steps at each of `batches` of the CPU engine built at `engine_dir` and of the unquantized model at
+    `reference_dir` on the same engine options (activation and KV dtypes), alternating; a few seconds each."""
     from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR, ENGINE_CONFIG_FILE
     from toolkit.engine.runtime.model_runner import ModelRunner
     from toolkit.engine.runtime.step_timing import alternating_decode_steps
@@ -56,17 +66,20 @@ def measure_format_effect(engine_dir: Path, reference_dir: Path, qformat: str, *
     limits = json.loads((Path(engine_dir) / ENGINE_CONFIG_FILE).read_text())
     block = limits["tokens_per_block"]
     kv_dtype = limits.get("kv_cache_dtype") or "none"
-    options = dict(num_blocks=-(-(isl + 256) // block), block_size=block, dtype=limits.get("dtype", "auto"),
-                   kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
+    options = dict(num_blocks=max(batches) * -(-(isl + 256) // block), block_size=block,
+                   dtype=limits.get("dtype", "auto"), kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
                    prompt_gemm_dtype=limits.get("prompt_gemm_dtype"))
     served = ModelRunner(Path(engine_dir) / CHECKPOINT_SUBDIR, int4_activations=limits.get("int4_activations", "auto"),
                          **options)
     reference = ModelRunner(reference_dir, **options)
     for runner in (served, reference):
-        runner.warm_up(1, isl)
-    step, reference_step = alternating_decode_steps([served, reference], isl, block, slices=slices)
-    return FormatEffect(qformat, served.weight_format, int(served.weight_bytes), round(step * 1e3, 3),
-                        int(reference.weight_bytes), round(reference_step * 1e3, 3), isl, planner)
+        runner.warm_up(max(batches), isl)
+    steps, reference_steps = {}, {}
+    for batch in batches:
+        step, reference_step = alternating_decode_steps([served, reference], isl, block, batch=batch, slices=slices)
+        steps[batch], reference_steps[batch] = round(step * 1e3, 3), round(reference_step * 1e3, 3)
+    return FormatEffect(qformat, served.weight_format, int(served.weight_bytes), int(reference.weight_bytes), isl,
+                        steps, reference_steps, {b: r for b, r in (planner or {}).items() if b in steps})
 
 
 def write_format_effect(effect: FormatEffect, run_dir: Path) -> Path:
@@ -78,16 +91,26 @@ def write_format_effect(effect: FormatEffect, run_dir: Path) -> Path:
 def read_format_effect(run_dir: Path) -> FormatEffect | None:
     path = Path(run_dir) / FORMAT_EFFECT_FILE
     try:
-        return FormatEffect(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        raw = json.loads(path.read_text())
+        for key in ("step_ms", "reference_step_ms", "planner_ratios"):  # JSON keys are strings
+            raw[key] = {int(batch): value for batch, value in raw.get(key, {}).items()}
+        return FormatEffect(**raw)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
 def format_effect_sentence(effect: FormatEffect) -> str:
     """One sentence on what the format bought (pure)."""
-    planner = f"; the planner predicted x{effect.planner_ratio:.2f}" if effect.planner_ratio else ""
-    return (f"On the engine alone (batch-1 decode steps at context {effect.isl}, alternating with the same model "
-            f"unquantized in bf16), {effect.qformat} on {effect.weight_format} kernels took {effect.step_ms:.2f} ms "
-            f"a step against {effect.reference_step_ms:.2f} ms (x{effect.ratio:.2f}), reading "
-            f"{effect.weight_bytes / 1e6:.0f} of {effect.reference_weight_bytes / 1e6:.0f} MB of weights "
-            f"(x{effect.bytes_ratio:.2f}){planner}.")
+    first, *more = sorted(effect.step_ms)
+
+    def planned(batch: int) -> str:
+        return f"planner x{effect.planner_ratios[batch]:.2f}" if batch in effect.planner_ratios else ""
+
+    planner = f"; the planner predicted x{effect.planner_ratios[first]:.2f}" if planned(first) else ""
+    also = "".join(f"; at {batch} sequences {effect.step_ms[batch]:.2f} against {effect.reference_step_ms[batch]:.2f} "
+                   f"ms (x{effect.ratio(batch):.2f}{'; ' + planned(batch) if planned(batch) else ''})" for batch in more)
+    return (f"On the engine alone (decode steps at context {effect.isl}, alternating with the same model unquantized "
+            f"in bf16), {effect.qformat} on {effect.weight_format} kernels took {effect.step_ms[first]:.2f} ms a step "
+            f"against {effect.reference_step_ms[first]:.2f} ms at {first} sequence{'s' if first > 1 else ''} "
+            f"(x{effect.ratio(first):.2f}), reading {effect.weight_bytes / 1e6:.0f} of "
+            f"{effect.reference_weight_bytes / 1e6:.0f} MB of weights (x{effect.bytes_ratio:.2f}){planner}{also}.")

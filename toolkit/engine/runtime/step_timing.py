@@ -63,15 +63,16 @@ def median_decode_step(runner, batch: int, isl: int, steps: int, block_size: int
     return statistics.median(times[2:])
 
 
-def alternating_decode_steps(runners: list, isl: int, block_size: int, slices: int = 12,
+def alternating_decode_steps(runners: list, isl: int, block_size: int, batch: int = 1, slices: int = 12,
                              steps_per_slice: int = 8) -> list[float]:
-    """Batch-1 decode steps of several runners in alternating slices (the order reversed every slice), so that
-    each samples the same minutes of a machine whose speed drifts: each runner's median step, in seconds (every
-    slice's first step left out: the other runner's slice evicted the caches)."""
+    """Decode steps of `batch` sequences on several runners in alternating slices (the order reversed every slice),
+    so that each samples the same minutes of a machine whose speed drifts: each runner's median step, in seconds
+    (every slice's first step left out: the other runner's slice evicted the caches)."""
     decoders, times = [], [[] for _ in runners]
     for runner in runners:
-        prefill, decode, _ = synthetic_steps(1, isl, block_size, runner.spec.vocab_size)
-        runner.forward(prefill(0))
+        prefill, decode, _ = synthetic_steps(batch, isl, block_size, runner.spec.vocab_size)
+        for seq in range(batch):
+            runner.forward(prefill(seq))
         decoders.append(decode)
     for i in range(slices):
         order = range(len(runners)) if i % 2 == 0 else reversed(range(len(runners)))
