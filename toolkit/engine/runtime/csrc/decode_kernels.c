@@ -645,7 +645,8 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
  * From 4 rows up (compute-bound, each weight reused from L1) it made int4 7-38 % slower: there WEIGHT_PREFETCH.
  * bf16 and INT8-SQ take it at every row count: bf16's whole decode steps of `small` at 4, 8 and 16 sequences
  * ran 25 %, 18 % and 4 % faster with it than with WEIGHT_PREFETCH (2026-11-26, Zen 4, two builds' runners in
- * one process, alternating); fp8's did not move. */
+ * one process, alternating); fp8's did not move then, and since the night of 2026-11-26 takes it too (steps at 4 /
+ * 8 / 12 sequences -11..-13 / 0..-6 / -2..-3 %, both memory states, against WEIGHT_PREFETCH into L1). */
 #define STREAM_PREFETCH 8192
 #ifdef __AVX512F__
 /* The one prefetch policy of the streaming GEMMs: the weights at `at` fetched STREAM_PREFETCH ahead into L2
@@ -1188,7 +1189,7 @@ INLINE void fp8_tile(const uint16_t *x, const int rows, const int nb, int K, con
     for (int k = 0; k < K; k += 64) {
         for (int j = 0; j < nb; j++) {
             const uint8_t *at = wrow + (int64_t)j * K + k;
-            prefetch_weights(at, rows <= 2, nb * (int64_t)K);
+            prefetch_weights(at, 1, nb * (int64_t)K);
             __m512i bytes = _mm512_loadu_si512((const void *)at);
             __m512bh w0 = fp8_as_bf16(_mm512_unpacklo_epi8(zero, bytes)), w1 = fp8_as_bf16(_mm512_unpackhi_epi8(zero, bytes));
             for (int m = 0; m < rows; m++) {
