@@ -175,6 +175,7 @@ def format_effect(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Pat
 
     if not (layout.engine_dir / ENGINE_CONFIG_FILE).is_file():
         raise ToolkitError(f"no CPU engine built at {layout.engine_dir}", "run `toolkit build` for this config first")
+    _refuse_what_memory_cannot_hold(model_spec_for(config, layout).total_params)
     qformat = config.quantize.qformat
     # one sequence, and the most the sweep puts in flight (as far as the engine batches them; 16 at most: seconds)
     loaded = max(config.sweep.concurrencies) if config.sweep.mode == "concurrency" else config.engine.max_batch_size
@@ -184,6 +185,22 @@ def format_effect(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Pat
     if run_dir is not None:
         write_format_effect(effect, run_dir)
     return effect
+
+
+def _refuse_what_memory_cannot_hold(params: int) -> None:
+    """The format effect holds the model twice: quantized, and unquantized in bf16 (2 bytes a parameter, the larger);
+    where that is over what this machine has free it says so instead of swapping (Linux's MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            free = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return  # not Linux: no figure to hold it against
+    needed = 4 * params  # bf16 weights, plus as much again for the quantized copy and loading (an upper bound)
+    if needed > free:
+        raise ToolkitError(f"comparing this model's format with bf16 needs ~{needed / 2**30:.1f} GiB of memory "
+                           f"({params / 1e9:.2f} B parameters held twice), and {free / 2**30:.1f} GiB is free",
+                           "free memory, or compare formats through the server with `toolkit ab` on a machine that "
+                           "holds one copy at a time")
 
 
 def _plan_of(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path | None) -> dict | None:
