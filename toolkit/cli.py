@@ -579,9 +579,9 @@ def _format_effect(config, layout, run_dir):
         click.echo(f"      format       not measured against the unquantized model: {exc}")
         return None
     if effect is not None:
-        steps = ", ".join(f"{effect.step_ms[b]:.2f} against {effect.reference_step_ms[b]:.2f} ms at {b} (x{effect.ratio(b):.2f})"
+        steps = ", ".join(f"{effect.step_ms[b]:.2f} / {effect.reference_step_ms[b]:.2f} ms at {b} (x{effect.ratio(b):.2f})"
                           for b in sorted(effect.step_ms))
-        click.echo(f"      format       {effect.qformat} against unquantized, a decode step at sequences: {steps}")
+        click.echo(f"      format       {effect.qformat} / unquantized bf16, a decode step at 1 and more sequences: {steps}")
     return effect
 
 
