@@ -407,7 +407,8 @@ def scenario_cmd(name, config_path, sets, repeat, out_root, list_them):
               help="A sweep run of this config to keep it in (format_effect.json; its report shows it).")
 def format_effect_cmd(config_path, sets, run_dir):
     """What the weight format buys on the CPU engine alone: the built engine against the same model unquantized,
-    batch-1 decode steps alternating (a few seconds), beside the weight bytes and the planner's ratio."""
+    decode steps alternating at 1 sequence and at the sweep's most in flight (seconds), beside the weight bytes'
+    ratio and the planner's."""
     from toolkit import pipeline
     from toolkit.engine.format_effect import format_effect_sentence
 
