@@ -86,14 +86,9 @@ def paired_slices(builds, batch: int, isl: int, slices: int, fast_above: float, 
     median step per build in each memory state."""
     import statistics
 
-    import torch
+    from toolkit.plan.cpu_probe import stream_reader
 
-    buffer = torch.ones(32 * 2**20)  # 128 MiB
-
-    def read() -> float:
-        start = time.perf_counter()
-        buffer.sum()
-        return buffer.nbytes / (time.perf_counter() - start)
+    read = stream_reader("sum", 128)  # one 128 MiB sum, as the probe reads
 
     plans = []
     for runner, bench in builds:

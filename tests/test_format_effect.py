@@ -95,10 +95,10 @@ def test_the_command_says_it_and_refuses_what_it_cannot_compare(tmp_path, int8_e
 
 
 def test_a_model_the_memory_cannot_hold_twice_is_refused_with_the_numbers():
+    from toolkit.engine.format_effect import refuse_what_memory_cannot_hold
     from toolkit.errors import ToolkitError
-    from toolkit.pipeline import _refuse_what_memory_cannot_hold
 
-    _refuse_what_memory_cannot_hold(100_000_000)  # `small` fits
+    refuse_what_memory_cannot_hold(100_000_000)  # `small` fits
     with pytest.raises(ToolkitError, match=r"needs ~37252.9 GiB of memory \(10000.00 B parameters held twice\), and "
                                            r"[0-9.]+ GiB is free — free memory, or compare formats .*toolkit ab"):
-        _refuse_what_memory_cannot_hold(10**13)
+        refuse_what_memory_cannot_hold(10**13)

@@ -170,40 +170,26 @@ def format_effect(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Pat
     a GPU target, an unquantized model, a server elsewhere."""
     if target_of(config).on_gpu or config.sweep.url or config.quantize.qformat == "none":
         return None
-    from toolkit.engine.format_effect import measure_format_effect, planner_ratios, write_format_effect
+    from toolkit.engine.format_effect import (measure_format_effect, planner_ratios, refuse_what_memory_cannot_hold,
+                                              write_format_effect)
     from toolkit.engine.runtime.layout import ENGINE_CONFIG_FILE
 
     if not (layout.engine_dir / ENGINE_CONFIG_FILE).is_file():
         raise ToolkitError(f"no CPU engine built at {layout.engine_dir}", "run `toolkit build` for this config first")
-    _refuse_what_memory_cannot_hold(model_spec_for(config, layout).total_params)
+    spec = model_spec_for(config, layout)
+    refuse_what_memory_cannot_hold(spec.total_params)
     qformat = config.quantize.qformat
     # one sequence, and the most the sweep puts in flight (as far as the engine batches them; 16 at most: seconds)
     loaded = max(config.sweep.concurrencies) if config.sweep.mode == "concurrency" else config.engine.max_batch_size
     batches = tuple(sorted({1, min(loaded, config.engine.max_batch_size, 16)}))
     effect = measure_format_effect(layout.engine_dir, ensure_model(config, layout), qformat, batches=batches,
-                                   planner=planner_ratios(_plan_of(config, layout, run_dir), qformat))
+                                   planner=planner_ratios(_plan_of(config, spec, run_dir), qformat))
     if run_dir is not None:
         write_format_effect(effect, run_dir)
     return effect
 
 
-def _refuse_what_memory_cannot_hold(params: int) -> None:
-    """The format effect holds the model twice: quantized, and unquantized in bf16 (2 bytes a parameter, the larger);
-    where that is over what this machine has free it says so instead of swapping (Linux's MemAvailable)."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            free = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return  # not Linux: no figure to hold it against
-    needed = 4 * params  # bf16 weights, plus as much again for the quantized copy and loading (an upper bound)
-    if needed > free:
-        raise ToolkitError(f"comparing this model's format with bf16 needs ~{needed / 2**30:.1f} GiB of memory "
-                           f"({params / 1e9:.2f} B parameters held twice), and {free / 2**30:.1f} GiB is free",
-                           "free memory, or compare formats through the server with `toolkit ab` on a machine that "
-                           "holds one copy at a time")
-
-
-def _plan_of(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path | None) -> dict | None:
+def _plan_of(config: DeploymentConfig, spec, run_dir: Path | None) -> dict | None:
     """The plan a run wrote beside its measurements, else this config's plan now (None where none can be made)."""
     from toolkit.bench.rundir import RunDir
 
@@ -212,7 +198,7 @@ def _plan_of(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path | N
     from toolkit.plan.stage import plan_for_config
 
     try:
-        return plan_for_config(config, model_spec_for(config, layout))
+        return plan_for_config(config, spec)
     except ToolkitError:
         return None
 

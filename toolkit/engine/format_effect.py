@@ -16,6 +16,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from toolkit.errors import ToolkitError
+
 FORMAT_EFFECT_FILE = "format_effect.json"  # beside a run's summary.json; the report shows it where present
 REFERENCE = "bf16"  # the engine runs an unquantized model in bf16 (toolkit/plan/roofline.py _cpu_weights)
 
@@ -53,6 +55,22 @@ def planner_ratios(plan: dict | None, qformat: str) -> dict[int, float]:
     if batch and batch != 1:
         ratios[batch] = ours["decode_step_s"] / reference["decode_step_s"]
     return ratios
+
+
+def refuse_what_memory_cannot_hold(params: int) -> None:
+    """The format effect holds the model twice: quantized, and unquantized in bf16 (2 bytes a parameter, the larger);
+    where that is over what this machine has free it says so instead of swapping (Linux's MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            free = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return  # not Linux: no figure to hold it against
+    needed = 4 * params  # bf16 weights, plus as much again for the quantized copy and loading (an upper bound)
+    if needed > free:
+        raise ToolkitError(f"comparing this model's format with bf16 needs ~{needed / 2**30:.1f} GiB of memory "
+                           f"({params / 1e9:.2f} B parameters held twice), and {free / 2**30:.1f} GiB is free",
+                           "free memory, or compare formats through the server with `toolkit ab` on a machine that "
+                           "holds one copy at a time")
 
 
 def measure_format_effect(engine_dir: Path, reference_dir: Path, qformat: str, *, batches: tuple[int, ...] = (1,),
