@@ -241,23 +241,27 @@ def test_the_testbed_reads_outcomes_and_steps_from_its_files():
 
 
 def test_the_prestop_drain_holds_while_requests_wait_for_admission(tmp_path):
-    """The pod's preStop script, against a metrics endpoint: it holds while the engine holds a request, queued
-    (`waiting`) as well as admitted (`active`), and exits once both read 0."""
+    """The pod's preStop script, against a metrics endpoint: it holds while a request is anywhere in the
+    replica, queued in Triton for the tokenizer (`nv_inference_pending_request_count`), queued for the batch
+    (`waiting`) or admitted (`active`), and exits once all read 0."""
     import http.server
     import threading
     import time
 
     from toolkit.deploy.launch import drain_script
 
-    served = {"active": 0, "waiting": 2}
+    served = {"active": 0, "waiting": 0}
+    pending = {"ensemble": 0, "preprocessing": 3, "tensorrt_llm": 0}
 
     class Metrics(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = "".join(f'nv_trt_llm_request_metrics{{model="tensorrt_llm",request_type="{kind}",version="1"}} '
-                           f"{value}\n" for kind, value in {**served, "max": 4}.items()).encode()
+                           f"{value}\n" for kind, value in {**served, "max": 4}.items())
+            body += "".join(f'nv_inference_pending_request_count{{model="{model}",version="1"}} {value}\n'
+                            for model, value in pending.items())
             self.send_response(200)
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(body.encode())
 
         def log_message(self, *args):
             pass
@@ -269,9 +273,11 @@ def test_the_prestop_drain_holds_while_requests_wait_for_admission(tmp_path):
     try:
         started = time.time()
         drain = subprocess.Popen([sys.executable, str(script), "30"])
-        time.sleep(2.5)
-        assert drain.poll() is None  # two requests queued, none admitted: still draining
+        for before_the_engine, in_the_engine in ((3, 0), (0, 2)):  # tokenizer's queue, then the batch's
+            pending["preprocessing"], served["waiting"] = before_the_engine, in_the_engine
+            time.sleep(2.5)
+            assert drain.poll() is None  # requests queued, none admitted: still draining
         served["waiting"] = 0
-        assert drain.wait(10) == 0 and time.time() - started < 10
+        assert drain.wait(10) == 0 and time.time() - started < 15
     finally:
         server.shutdown()

@@ -188,8 +188,9 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         # Until the replica that goes holds a queue beside its running batch (leastconn gives it ~6 of the 12; 3 run):
         # the queued ones end ~1 s later, where with only running ones seen, the controller's own scrape a moment
         # later could find them ended (in_flight_at_drain 0 in a fresh clone's CI).
-        while time.time() < deadline and not (in_flight(first) and in_flight(second) >= 4):
+        while time.time() < deadline and not (held := in_flight(first) and in_flight(second) >= 4):
             time.sleep(0.05)
+        assert held, f"the replica to drain never held a queue: haproxy {haproxy.stats()}"
         controller.remove_replica()  # the newest: `second`; before the script starts, as the streams end quickly
         pre_stop = subprocess.Popen([sys.executable, str(script), "60"])
         idle_at = None

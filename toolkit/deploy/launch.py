@@ -49,16 +49,19 @@ def server_command(config: DeploymentConfig, hosts: str | None = None) -> str:
     return text.replace("'$HOSTS'", '"$HOSTS"')
 
 
-# A request is in flight while the engine holds it: admitted to the batch (`active`) or queued for admission
-# (`waiting`), under TensorRT-LLM's backend metric names, which the CPU engine exports too. Not `active` alone: a
-# request between one finishing and its own admission reads 0 there and would be cut off by a drain that stopped.
-IN_FLIGHT_METRIC = r'^nv_trt_llm_request_metrics\{[^}]*request_type="(?:active|waiting)"[^}]*\} ([0-9.eE+-]+)$'
+# A request is in flight while the engine holds it, admitted to the batch (`active`) or queued for admission
+# (`waiting`), under TensorRT-LLM's backend metric names, which the CPU engine exports too; or while it waits in
+# Triton's queue for a model of the ensemble (`nv_inference_pending_request_count`): on a busy replica, requests
+# queue for the tokenizer before the engine sees them (the drain test saw 5 there and 1 in the engine). Not
+# `active` alone: a request between one finishing and its own admission reads 0 there.
+IN_FLIGHT_METRIC = (r'^(?:nv_trt_llm_request_metrics\{[^}]*request_type="(?:active|waiting)"[^}]*\}'
+                    r'|nv_inference_pending_request_count\{[^}]*\}) ([0-9.eE+-]+)$')
 
 
 def drain_script(metrics_port: int = PORTS["metrics"], endpoint_settle_s: float = 5) -> str:
     """preStop: the pod is already leaving the Service's endpoints (given `endpoint_settle_s` to take
-    effect); wait until no request is in flight (the engine's active and waiting gauges read 0), then let
-    SIGTERM stop Triton."""
+    effect); wait until no request is in flight (the engine's active and waiting gauges and Triton's
+    pending request counts read 0), then let SIGTERM stop Triton."""
     return f"""#!/usr/bin/env python3
 # preStop drain: give the endpoint controller time to stop routing here, then wait for in-flight streams.
 import re, sys, time, urllib.request

@@ -17,6 +17,8 @@ from toolkit.deploy.testbed.haproxy import Haproxy
 from toolkit.deploy.testbed.prometheus import JOB, Prometheus
 from toolkit.deploy.testbed.replicas import Replica, in_flight, stop_replica
 
+ROUTABLE_TIMEOUT_S = 15.0  # haproxy checks every 1 s and needs one pass
+
 # Deployment-wide views for the timeline (not for decisions).
 OBSERVED = {"ttft_p95_s": n.TTFT_P95, "itl_mean_s": n.ITL_MEAN}
 
@@ -50,21 +52,39 @@ class Controller:
         return index
 
     def add_replica(self, index: int | None = None) -> Replica:
-        """Start a server in a slot; once it is ready, haproxy routes to it and Prometheus scrapes it."""
+        """Start a server in a slot; once haproxy's health check passes, it counts as ready (as a pod's
+        endpoint joins the Service only once its readiness probe passes) and Prometheus scrapes it."""
         index = self._reserve_slot() if index is None else index
         try:
             replica = self.start(index)
-        finally:
+            self.haproxy.enable(index, replica.handle.http_port)
+            # Ready only once routable: counted ready before haproxy's first check passed, a replica took no
+            # requests for up to a check interval, and the drain test's streams all went to the other one.
+            routable = self.haproxy.wait_up(index, timeout_s=ROUTABLE_TIMEOUT_S)
+        except BaseException:
             with self._lock:
                 self.starting.discard(index)
-                cancelled = index in self.cancelled
                 self.cancelled.discard(index)
-        if cancelled:  # scaled down while it loaded: it never took a request
-            stop_replica(replica)
-            return replica
+            raise
         with self._lock:
-            self.ready[index] = replica
-        self.haproxy.enable(index, replica.handle.http_port)
+            self.starting.discard(index)
+            cancelled = index in self.cancelled
+            self.cancelled.discard(index)
+            if not cancelled and routable:
+                self.ready[index] = replica
+        if not routable:  # never healthy: it took no request
+            self.haproxy.disable(index)
+            stop_replica(replica)
+            if cancelled:
+                return replica
+            raise RuntimeError(f"haproxy's health check on replica {replica.name} did not pass in "
+                               f"{ROUTABLE_TIMEOUT_S:.0f} s (see its server log under {replica.state_file.parent})")
+        if cancelled:  # scaled down while it became routable: it may hold requests already, so it drains
+            with self._lock:
+                self.draining[index] = replica
+            self._targets()
+            self._begin_drain(index, replica)
+            return replica
         self._targets()
         return replica
 
@@ -89,6 +109,9 @@ class Controller:
                 return
             index = max(self.ready, key=lambda i: self.ready[i].started)  # the newest goes first
             replica = self.draining[index] = self.ready.pop(index)
+        self._begin_drain(index, replica)
+
+    def _begin_drain(self, index: int, replica: Replica) -> None:
         # What is in flight as the drain begins, read before it does (not in the drain's thread after haproxy's
         # command: short streams on the faster CPU engine had ended by then, recording a drain of nothing). A
         # replica busy with those streams can be slow to answer a scrape on two shared cores; a timed-out

@@ -83,6 +83,15 @@ class Haproxy:
         self.command(f"set server {BACKEND}/{slot(index)} addr 127.0.0.1 port {port}")
         self.command(f"set server {BACKEND}/{slot(index)} state ready")
 
+    def wait_up(self, index: int, timeout_s: float) -> bool:
+        """Until the slot's health check has passed (status UP), so new requests can go to it."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.stats().get(slot(index), {}).get("status", "").startswith("UP"):
+                return True
+            time.sleep(0.1)
+        return False
+
     def drain(self, index: int) -> None:
         """No new requests; those in flight go on."""
         self.command(f"set server {BACKEND}/{slot(index)} state drain")
