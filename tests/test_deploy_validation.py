@@ -118,6 +118,9 @@ def rule_unit_tests() -> dict:
         (f'{KV}{{kv_cache_block_type="max",{_pod("b")}}}', "100x30"),
         (f'nv_trt_llm_request_metrics{{request_type="waiting",{_pod("a")}}}', "3x30"),
         (f'nv_trt_llm_request_metrics{{request_type="active",{_pod("a")}}}', "8x30"),
+        # ... and 2 more queued in Triton for the tokenizer: 5 waiting in all
+        (f'nv_inference_pending_request_count{{{_pod("a").replace("tensorrt_llm", "preprocessing")}}}', "2x30"),
+        (f'nv_inference_pending_request_count{{{_pod("a")}}}', "0x30"),
         # Per minute: 60 ms queued and 240 ms computing per second of wall time → ratio 0.25; the ensemble's
         # queue time is not the engine's and must not count.
         (f'nv_inference_queue_duration_us{{{_pod("a")}}}', "0+60000x30"),
@@ -148,7 +151,7 @@ def rule_unit_tests() -> dict:
                 {"labels": f'{n.KV_OCCUPANCY}{{{_pod("a")}}}', "value": 0.3},
                 {"labels": f'{n.KV_OCCUPANCY}{{{_pod("b")}}}', "value": 0.95}]},
             {"expr": n.WAITING, "eval_time": "10m", "exp_samples": [
-                {"labels": f'{n.WAITING}{{pod="a",{JOB}}}', "value": 3}]},
+                {"labels": f'{n.WAITING}{{pod="a",{JOB}}}', "value": 5}]},
             sample(n.QUEUE_COMPUTE, f'pod="a",{JOB}', 0.25),
             sample(n.TTFT_P95, JOB, 0.75),
             sample(n.ITL_MEAN, JOB, 0.03),
@@ -205,7 +208,7 @@ def test_every_rule_computes_the_worked_values(tmp_path):
 def test_a_metric_name_typo_in_a_rule_fails_the_unit_tests(tmp_path):
     _write_rules(tmp_path)
     rules = (tmp_path / "rules.yaml").read_text()
-    (tmp_path / "rules.yaml").write_text(rules.replace('request_type="waiting"', 'request_type="wait"'))
+    (tmp_path / "rules.yaml").write_text(rules.replace('request_type=~"waiting|"', 'request_type=~"wait|"'))
     out = _promtool_test(tmp_path)
     assert out.returncode != 0 and n.WAITING in out.stdout + out.stderr
 

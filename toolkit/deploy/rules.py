@@ -21,8 +21,12 @@ def recording_rules() -> list[dict]:
         {"record": n.KV_OCCUPANCY,
          "expr": f'{n.KV_BLOCKS}{{{n.KV_BLOCK_LABEL}="used"}} / ignoring({n.KV_BLOCK_LABEL}) '
                  f'({n.KV_BLOCKS}{{{n.KV_BLOCK_LABEL}="max"}} > 0)'},
+        # Waiting for a batch slot (the engine's queue) or in Triton's queue for a model of the ensemble: a replica
+        # whose tokenizer falls behind holds its queue there, where the engine's gauge does not see it. One
+        # selector for both, so a Triton without the pending gauge still records the engine's.
         {"record": n.WAITING,
-         "expr": f'sum without ({n.REQUEST_LABEL}, {per_pod_drop}) ({n.REQUESTS}{{{n.REQUEST_LABEL}="waiting"}})'},
+         "expr": f'sum without ({n.REQUEST_LABEL}, {per_pod_drop}) '
+                 f'({{__name__=~"{n.REQUESTS}|{n.PENDING}", {n.REQUEST_LABEL}=~"waiting|"}})'},
         {"record": n.QUEUE_COMPUTE,
          "expr": f"sum without ({per_pod_drop}) (rate({n.QUEUE_US}{{{ENGINE}}}[1m])) / "
                  f"(sum without ({per_pod_drop}) (rate({n.COMPUTE_US}{{{ENGINE}}}[1m])) > 0)"},
