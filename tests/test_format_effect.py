@@ -35,6 +35,16 @@ def test_sentence_says_both_steps_the_bytes_and_the_planner_at_each_batch():
     assert format_effect_sentence(one_batch).endswith("reading 56 of 205 MB of weights (x0.27).")
 
 
+def test_sentence_says_why_fewer_bytes_were_no_faster_only_where_they_were_not():
+    # 8 sequences: x1.20 with a quarter of the bytes, so the sentence explains it (compute-bound there)
+    assert format_effect_sentence(EFFECT).endswith(
+        "At 8 sequences it is no faster: such a step does 8 times the arithmetic on the same weights, so its time is "
+        "set by how fast the kernel computes, not by the bytes the format saves, and on this CPU the int4-g128-int8act "
+        "kernel computes no faster than bf16's (`toolkit plan` gives the batch where each format turns compute-bound).")
+    faster = FormatEffect(**{**EFFECT.__dict__, "step_ms": {1: 2.0, 8: 7.0}})
+    assert "no faster" not in format_effect_sentence(faster)
+
+
 def test_the_run_folder_keeps_it_and_the_report_says_it(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"run": {"model": "small", "qformat": "int4_awq"}, "steps": []}))
     assert read_format_effect(tmp_path) is None

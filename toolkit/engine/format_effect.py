@@ -131,4 +131,18 @@ def format_effect_sentence(effect: FormatEffect) -> str:
             f"in bf16), {effect.qformat} on {effect.weight_format} kernels took {effect.step_ms[first]:.2f} ms a step "
             f"against {effect.reference_step_ms[first]:.2f} ms at {first} sequence{'s' if first > 1 else ''} "
             f"(x{effect.ratio(first):.2f}), reading {effect.weight_bytes / 1e6:.0f} of "
-            f"{effect.reference_weight_bytes / 1e6:.0f} MB of weights (x{effect.bytes_ratio:.2f}){planner}{also}.")
+            f"{effect.reference_weight_bytes / 1e6:.0f} MB of weights (x{effect.bytes_ratio:.2f}){planner}{also}."
+            f"{_why_no_faster(effect, more)}")
+
+
+def _why_no_faster(effect: FormatEffect, batches: list[int]) -> str:
+    """Where the format read fewer bytes and still took as long as bf16 (a larger batch on a CPU), why: a reader
+    who sees fp8 slower than bf16 at 8 sequences should not conclude that fewer bytes cost time."""
+    slower = [b for b in batches if effect.ratio(b) >= 1.0 and effect.bytes_ratio < 1.0]
+    if not slower:
+        return ""
+    batch = slower[0]
+    return (f" At {batch} sequences it is no faster: such a step does {batch} times the arithmetic on the same weights, "
+            f"so its time is set by how fast the kernel computes, not by the bytes the format saves, and on this CPU "
+            f"the {effect.weight_format} kernel computes no faster than bf16's (`toolkit plan` gives the batch where "
+            f"each format turns compute-bound).")
