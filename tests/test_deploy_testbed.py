@@ -157,7 +157,7 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
     from toolkit.deploy.hpa import Autoscaler
     from toolkit.deploy.launch import drain_script
     from toolkit.deploy.testbed.controller import Controller
-    from toolkit.deploy.testbed.haproxy import Haproxy
+    from toolkit.deploy.testbed.haproxy import Haproxy, slot
     from toolkit.deploy.testbed.prometheus import Prometheus
     from toolkit.deploy.testbed.replicas import in_flight, start_replica
     from toolkit.serve.server import free_port
@@ -178,19 +178,21 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         # engine's in-flight gauge reads 0.
         script = tmp_path / "drain.py"
         script.write_text(drain_script(second.handle.metrics_port, endpoint_settle_s=0))
-        # As long as max_seq_len allows, and twice what the KV cache takes at once (3 per replica take 3 x 10 of
-        # the 32 KV blocks; the next 3 wait their turn, in flight too): on a fast CPU, 120-token streams, and
-        # later 3 of 140 tokens per replica, ended before the drain began, and a drain of nothing proves nothing.
+        # All 12 streams to the replica that goes (the other held out of haproxy's rotation meanwhile), as long as
+        # max_seq_len allows: 3 run at once (3 x 10 of the 32 KV blocks), 9 queue, so it holds them for a few waves.
+        # Split by leastconn, each replica's share had ended, or had been too little to see, when the drain began on
+        # a fast CPU (in_flight_at_drain 0 in fresh clones' CI, several times); a drain of nothing proves nothing.
+        haproxy.drain(first.index)
         threads = [threading.Thread(target=_stream, args=(haproxy.url, STREAM_TOKENS, results)) for _ in range(12)]
         for thread in threads:
             thread.start()
         deadline = time.time() + 30
-        # Until the replica that goes holds a queue beside its running batch (leastconn gives it ~6 of the 12; 3 run):
-        # the queued ones end ~1 s later, where with only running ones seen, the controller's own scrape a moment
-        # later could find them ended (in_flight_at_drain 0 in a fresh clone's CI).
-        while time.time() < deadline and not (held := in_flight(first) and in_flight(second) >= 4):
+        # Counted at haproxy (open streams), not by the engine's gauges, which lag on a starved replica.
+        while time.time() < deadline and not (held := haproxy.stats()[slot(second.index)]["scur"] >= 4):
             time.sleep(0.05)
+        haproxy.enable(first.index, first.handle.http_port)  # back in rotation: it takes what comes next
         assert held, f"the replica to drain never held a queue: haproxy {haproxy.stats()}"
+        assert haproxy.wait_up(first.index, timeout_s=15)
         controller.remove_replica()  # the newest: `second`; before the script starts, as the streams end quickly
         pre_stop = subprocess.Popen([sys.executable, str(script), "60"])
         idle_at = None
@@ -213,8 +215,8 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         assert sorted(results) == [(STREAM_TOKENS, None)] * 12
         assert after == [(4, None)]
         drained = controller.drained[0]
-        assert drained["replica"] == second.name and drained["in_flight_at_drain"] > 0
-        assert list(controller.ready.values()) == [first] and haproxy.stats()[f"r{second.index}"]["status"] == "MAINT"
+        assert drained["replica"] == second.name and drained["sessions_at_drain"] > 0
+        assert list(controller.ready.values()) == [first] and haproxy.stats()[slot(second.index)]["status"] == "MAINT"
     finally:
         controller.stop()
         prometheus.stop()

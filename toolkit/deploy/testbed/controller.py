@@ -13,7 +13,7 @@ from typing import Callable
 
 from toolkit.deploy import names as n
 from toolkit.deploy.hpa import Autoscaler
-from toolkit.deploy.testbed.haproxy import Haproxy
+from toolkit.deploy.testbed.haproxy import Haproxy, slot
 from toolkit.deploy.testbed.prometheus import JOB, Prometheus
 from toolkit.deploy.testbed.replicas import Replica, in_flight, stop_replica
 
@@ -117,16 +117,19 @@ class Controller:
         # replica busy with those streams can be slow to answer a scrape on two shared cores; a timed-out
         # scrape reads as 0, hence the long timeout.
         at_drain = in_flight(replica, timeout_s=15.0)
+        # ... and the streams open through haproxy to it: the engine's gauges are refreshed by its metrics thread,
+        # which a starved replica can leave a second or more behind; an open stream is in flight whatever they say.
+        sessions = self.haproxy.stats().get(slot(index), {}).get("scur", 0)
         began = time.perf_counter()
         self.haproxy.drain(index)
-        thread = threading.Thread(target=self._drain, args=(index, replica, at_drain, began), daemon=True)
+        thread = threading.Thread(target=self._drain, args=(index, replica, at_drain, sessions, began), daemon=True)
         thread.start()
         self._threads.append(thread)
 
-    def _drain(self, index: int, replica: Replica, at_drain: float, began: float) -> None:
+    def _drain(self, index: int, replica: Replica, at_drain: float, sessions_at_drain: int, began: float) -> None:
         deadline = began + self.drain_timeout_s
         while time.perf_counter() < deadline:
-            sessions = self.haproxy.stats().get(f"r{index}", {}).get("scur", 0)
+            sessions = self.haproxy.stats().get(slot(index), {}).get("scur", 0)
             if sessions == 0 and in_flight(replica) == 0:
                 break
             time.sleep(0.2)
@@ -136,6 +139,7 @@ class Controller:
         with self._lock:
             self.draining.pop(index, None)
             self.drained.append({"replica": replica.name, "in_flight_at_drain": at_drain,
+                                 "sessions_at_drain": sessions_at_drain,
                                  "drain_s": idle - began, "stop_s": time.perf_counter() - idle})
         self._targets()
 
