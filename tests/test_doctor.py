@@ -70,6 +70,35 @@ def test_queueing_from_server_queue_time(tmp_path):
     assert found and "150.0 ms of 200.0 ms" in found[0].evidence
 
 
+def test_queueing_in_the_tokenizer_names_the_python_models(tmp_path):
+    """Requests that wait for the tokenizer (preprocessing) show in the queue's breakdown, and the lever is its
+    instances, not the engine's batch."""
+    records = [record(i, "c4", 0.2, [0.01] * 5) for i in range(5)]
+    run = make_run(tmp_path / "tokenizer", {4: records}, run_meta={"engine": {"python_model_instances": 1}},
+                   server={4: {"preprocessing": {"queue_ms_per_request": 120.0},
+                               "tensorrt_llm": {"queue_ms_per_request": 10.0}}})
+    found = [f for f in diagnose(run) if f.check == "queueing"][0]
+    assert "130.0 ms of 200.0 ms" in found.evidence and "preprocessing 120.0, tensorrt_llm 10.0 ms" in found.evidence
+    assert "engine.python_model_instances, now 1" in found.lever
+    engine_bound = make_run(tmp_path / "engine", {4: records},
+                            server={4: {"preprocessing": {"queue_ms_per_request": 10.0},
+                                        "tensorrt_llm": {"queue_ms_per_request": 120.0}}})
+    found = [f for f in diagnose(engine_bound) if f.check == "queueing"][0]
+    assert "python_model_instances" not in found.lever and "max_batch_size" in found.lever
+
+
+def test_itl_growth_names_the_detokenizer_where_its_queue_is_a_tenth_of_the_gap(tmp_path):
+    steps = {1: [record(i, "c1", 0.05, [0.02] * 10) for i in range(5)],
+             4: [record(i, "c4", 0.06, [0.05] * 10) for i in range(5, 10)]}
+    slow = make_run(tmp_path / "slow", steps, server={4: {"postprocessing": {"queue_ms_per_request": 6.0}}})
+    found = [f for f in diagnose(slow) if f.check == "itl_grows_with_load"][0]
+    assert "each response waited 6.00 ms for the detokenizer (postprocessing) at c4, 12 % of its ITL" in found.evidence
+    assert "python_model_instances" in found.lever
+    quick = make_run(tmp_path / "quick", steps, server={4: {"postprocessing": {"queue_ms_per_request": 1.0}}})
+    found = [f for f in diagnose(quick) if f.check == "itl_grows_with_load"][0]
+    assert "detokenizer" not in found.evidence and "python_model_instances" not in found.lever
+
+
 def test_kv_cache_near_full(tmp_path):
     run = make_run(tmp_path, {8: [record(i, "c8", 0.1, [0.01] * 5) for i in range(5)]},
                    server={8: {"kv_cache": {"source": "cpu_engine", "blocks_used_max": 125, "blocks_max": 128,

@@ -254,6 +254,9 @@ def test_rate_mode_sweep_with_slo_and_server_summary(served):
     assert step["goodput"]["good_requests"] == 6
     server = step["server"]
     assert server["tensorrt_llm"]["requests"] >= 1 and "queue_ms_per_request" in server["ensemble"]
+    # the tokenizer once per request, the detokenizer once per streamed response, each with its own queue
+    assert server["preprocessing"]["requests"] == server["tensorrt_llm"]["requests"]
+    assert server["postprocessing"]["requests"] > server["tensorrt_llm"]["requests"]
     assert server["kv_cache"]["source"] == "cpu_engine" and server["kv_cache"]["blocks_max"] == 32
     assert (run_dir / "exports" / "rate_20" / "profile_export_genai_perf.json").is_file()
     plan = json.loads((run_dir / "plan.json").read_text())  # reports read it rather than re-plan

@@ -114,8 +114,12 @@ PROM = """# HELP nv_inference_request_success x
 # TYPE nv_inference_request_success counter
 nv_inference_request_success{{model="ensemble",version="1"}} {ok}
 nv_inference_request_success{{model="tensorrt_llm",version="1"}} {ok}
+nv_inference_request_success{{model="preprocessing",version="1"}} {ok}
+nv_inference_request_success{{model="postprocessing",version="1"}} {responses}
 # TYPE nv_inference_queue_duration_us counter
 nv_inference_queue_duration_us{{model="tensorrt_llm",version="1"}} {queue}
+nv_inference_queue_duration_us{{model="preprocessing",version="1"}} {queue}
+nv_inference_queue_duration_us{{model="postprocessing",version="1"}} {queue}
 # TYPE nv_inference_compute_infer_duration_us counter
 nv_inference_compute_infer_duration_us{{model="tensorrt_llm",version="1"}} {compute}
 # TYPE nv_inference_pending_request_count gauge
@@ -132,11 +136,16 @@ toolkit_decode_time_seconds_count{{model="tensorrt_llm",version="1"}} {dcount}
 
 def test_server_metric_summary_from_two_scrapes():
     samples = [
-        {"metrics": parse_metrics(PROM.format(ok=10, queue=1000, compute=50000, pending=0, kv=10, dsum=1.0, dcount=10))},
-        {"metrics": parse_metrics(PROM.format(ok=20, queue=21000, compute=150000, pending=3, kv=60, dsum=3.0, dcount=20))},
+        {"metrics": parse_metrics(PROM.format(ok=10, responses=100, queue=1000, compute=50000, pending=0, kv=10,
+                                              dsum=1.0, dcount=10))},
+        {"metrics": parse_metrics(PROM.format(ok=20, responses=200, queue=21000, compute=150000, pending=3, kv=60,
+                                              dsum=3.0, dcount=20))},
     ]
     s = summarize_server_metrics(samples)
     assert s["tensorrt_llm"]["queue_ms_per_request"] == pytest.approx(2.0)
+    # the tokenizer per request, the detokenizer per streamed response (10 requests, 100 responses in the step)
+    assert s["preprocessing"]["queue_ms_per_request"] == pytest.approx(2.0)
+    assert s["postprocessing"] == {"requests": 100, "queue_ms_per_request": pytest.approx(0.2)}
     assert "compute_ms_per_request" not in s["tensorrt_llm"]  # a decoupled model's execute() is not its compute
     assert s["pending_requests_max"] == 3
     assert s["kv_cache"]["blocks_used_max"] == 60 and s["kv_cache"]["utilization_max"] == pytest.approx(0.6)

@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 
 
+# The Python models around the engine in NVIDIA's inflight_batcher_llm ensemble (both targets' repositories).
+PREPROCESSING, POSTPROCESSING = "preprocessing", "postprocessing"
+
 # Triton core (queue/compute time, counts, pending), the TensorRT-LLM backend, and our CPU engine.
 _KEEP_PREFIXES = ("nv_inference_", "nv_trt_llm_", "toolkit_", "nv_cpu_", "nv_gpu_memory")
 
@@ -118,7 +121,9 @@ def summarize_server_metrics(samples: list[dict], engine_model: str = "tensorrt_
     # model is decoupled, so it times only the execute() call that hands the request to the engine and
     # returns (about a millisecond for a request that streams for seconds). The engine's own prefill /
     # decode histograms below are its compute view.
-    for model in ("ensemble", engine_model):
+    # The ensemble's path: the tokenizer (preprocessing) once per request, the engine, the detokenizer
+    # (postprocessing) once per streamed response, so its "requests" are responses; each model keeps its own queue.
+    for model in (PREPROCESSING, "ensemble", engine_model, POSTPROCESSING):
         done = _delta(first, last, "nv_inference_request_success", model=model)
         if done > 0:
             out[model] = {

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.bench.server_metrics import metric_series
+from toolkit.bench.server_metrics import POSTPROCESSING, PREPROCESSING, metric_series
 from toolkit.bench.rundir import RunDir, step_level
 
 DECODE_DOMINANT_SHARE = 0.8
@@ -21,6 +21,8 @@ ITL_FLAT = 1.3
 ITL_SPIKE_RATIO = 3.0
 CONTEXT_CORRELATION = 0.5
 MEMORY_FLAT = 0.02
+# The detokenizer's queue per response, as a share of the ITL, from which the ITL finding names it.
+DETOKENIZER_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,27 @@ def _fewer_bytes(run: RunDir) -> str:
     return f"the weights ({qformat}) and KV cache ({kv}) are already compact"
 
 
+# Triton's models on a request's way to its first token, each with its own queue (toolkit/bench/server_metrics.py).
+TTFT_PATH = (PREPROCESSING, "ensemble", "tensorrt_llm", POSTPROCESSING)
+PYTHON_MODELS = (PREPROCESSING, POSTPROCESSING)
+
+
+def _queue_ms(step: dict, model: str) -> float:
+    """Mean time one request to `model` waited in its Triton queue in this step, ms (0 where not measured)."""
+    return ((step.get("server") or {}).get(model) or {}).get("queue_ms_per_request", 0.0)
+
+
 def _triton_queue_ms(step: dict) -> float:
-    """Mean time a request of this step waited in Triton's queues (ensemble + engine model), ms."""
-    server = step.get("server") or {}
-    return sum(server.get(m, {}).get("queue_ms_per_request", 0.0) for m in ("ensemble", "tensorrt_llm"))
+    """Mean time a request of this step waited in Triton's queues before its first token: the tokenizer's, the
+    ensemble's, the engine model's, and the detokenizer's for its first response, ms."""
+    return sum(_queue_ms(step, m) for m in TTFT_PATH)
+
+
+def _python_models_lever(run: RunDir) -> str:
+    instances = _engine(run).get("python_model_instances")
+    now = f", now {instances}" if instances else ", now the target's default"
+    return (f"the tokenizer / detokenizer models are where requests wait: more instances of them "
+            f"(engine.python_model_instances{now}), or more CPU for them beside the engine")
 
 
 def _engine(run: RunDir) -> dict:
@@ -106,10 +125,14 @@ def check_queueing(run: RunDir) -> list[Finding]:
             continue
         queue = _triton_queue_ms(step)
         if queue / ttft > QUEUE_DOMINANT_SHARE:
+            parts = ", ".join(f"{m} {_queue_ms(step, m):.1f}" for m in TTFT_PATH if _queue_ms(step, m) >= 0.05)
+            in_python = sum(_queue_ms(step, m) for m in PYTHON_MODELS)
+            lever = (_python_models_lever(run) if in_python > queue / 2 else
+                     "more model instances or a larger max_batch_size / max_num_tokens; in rate mode, the arrival "
+                     "rate exceeds what the server finishes: scale out")
             findings.append(Finding("queueing", "warn", f"Queueing dominates TTFT in {step['step']}",
-                                    f"Triton queue {queue:.1f} ms of {ttft:.1f} ms mean TTFT ({100 * queue / ttft:.0f} %)",
-                                    "more model instances or a larger max_batch_size / max_num_tokens; in rate "
-                                    "mode, the arrival rate exceeds what the server finishes: scale out"))
+                                    f"Triton queue {queue:.1f} ms of {ttft:.1f} ms mean TTFT ({100 * queue / ttft:.0f} %: "
+                                    f"{parts} ms)", lever))
     steps = sorted((s for s in run.steps if _m(s, "time_to_first_token")), key=step_level)
     if len(steps) < 2 or findings:
         return findings
@@ -122,7 +145,7 @@ def check_queueing(run: RunDir) -> list[Finding]:
     server = high.get("server") or {}
     evidence = (f"TTFT p50 {_m(low, 'time_to_first_token'):.1f} ms at {low['step']} → "
                 f"{_m(high, 'time_to_first_token'):.1f} ms at {high['step']} (×{growth:.1f} for load ×{load_growth:g})")
-    if "tensorrt_llm" in server or "ensemble" in server:
+    if any(m in server for m in TTFT_PATH):
         evidence += f"; Triton queue {_triton_queue_ms(high):.1f} ms per request at {high['step']}"
     if server.get("prefill_ms_mean"):
         evidence += f"; engine arrival → first token {server['prefill_ms_mean']:.1f} ms"
@@ -131,7 +154,7 @@ def check_queueing(run: RunDir) -> list[Finding]:
     batch = _engine(run).get("max_batch_size")
     if batch is not None and high.get("concurrency") and batch < step_level(high):
         summary = "Requests wait for a batch slot: TTFT grows faster than load"
-    elif "tensorrt_llm" in server or "ensemble" in server:  # Triton's queue is measured and is not where time goes
+    elif any(m in server for m in TTFT_PATH):  # Triton's queues are measured and are not where time goes
         summary = "TTFT grows faster than load, though requests do not wait in Triton's queue"
     else:
         summary = "TTFT grows faster than load"
@@ -188,13 +211,18 @@ def check_itl_grows_with_load(run: RunDir) -> list[Finding]:
     growth = _m(high, "inter_token_latency") / _m(low, "inter_token_latency")
     if growth < ITL_GROWTH:
         return []
-    return [Finding("itl_grows_with_load", "warn", "ITL grows with load: batching is not free here",
-                    f"ITL p50 {_m(low, 'inter_token_latency'):.1f} ms at {low['step']} → "
-                    f"{_m(high, 'inter_token_latency'):.1f} ms at {high['step']} (×{growth:.1f})",
-                    "a bandwidth-bound decode step costs about the same for 1 or N sequences; growth means the "
-                    "step is compute-bound or contended (CPU threads, host-side per-token work, prefill mixed "
-                    "into decode steps): compare with `toolkit plan` decode-by-batch, enable chunked prefill, "
-                    "and check host CPU use")]
+    evidence = (f"ITL p50 {_m(low, 'inter_token_latency'):.1f} ms at {low['step']} → "
+                f"{_m(high, 'inter_token_latency'):.1f} ms at {high['step']} (×{growth:.1f})")
+    lever = ("a bandwidth-bound decode step costs about the same for 1 or N sequences; growth means the step is "
+             "compute-bound or contended (CPU threads, host-side per-token work, prefill mixed into decode steps): "
+             "compare with `toolkit plan` decode-by-batch, enable chunked prefill, and check host CPU use")
+    # Every streamed token passes the detokenizer: its queue adds to each gap between tokens.
+    detokenizer = _queue_ms(high, POSTPROCESSING)
+    if detokenizer >= DETOKENIZER_SHARE * _m(high, "inter_token_latency"):
+        evidence += (f"; each response waited {detokenizer:.2f} ms for the detokenizer (postprocessing) at "
+                     f"{high['step']}, {100 * detokenizer / _m(high, 'inter_token_latency'):.0f} % of its ITL")
+        lever += "; " + _python_models_lever(run)
+    return [Finding("itl_grows_with_load", "warn", "ITL grows with load: batching is not free here", evidence, lever)]
 
 
 def _correlation(xs: list[float], ys: list[float]) -> float | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from toolkit.bench.metrics import METRICS, RECORD_METRICS
+from toolkit.bench.server_metrics import POSTPROCESSING, PREPROCESSING
 from toolkit.bench.rundir import RunDir
 from toolkit.engine.format_effect import format_effect_sentence, read_format_effect
 from toolkit.report.workload_tables import workload_lines
@@ -195,9 +196,10 @@ def step_table(step: dict) -> str:
     lines += workload_lines(step)
     server = step.get("server") or {}
     parts = []
-    for model in ("ensemble", "tensorrt_llm"):
+    for model in (PREPROCESSING, "ensemble", "tensorrt_llm", POSTPROCESSING):
         if model in server:
-            parts.append(f"{model} queue {fmt(server[model]['queue_ms_per_request'])} ms per request")
+            per = "response" if model == POSTPROCESSING else "request"  # the detokenizer runs per streamed response
+            parts.append(f"{model} queue {fmt(server[model]['queue_ms_per_request'])} ms per {per}")
     if "kv_cache" in server:
         kv = server["kv_cache"]
         parts.append(f"KV blocks used max {kv['blocks_used_max']:g} of {kv['blocks_max']:g} "
