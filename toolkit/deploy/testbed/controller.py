@@ -55,6 +55,7 @@ class Controller:
         """Start a server in a slot; once haproxy's health check passes, it counts as ready (as a pod's
         endpoint joins the Service only once its readiness probe passes) and Prometheus scrapes it."""
         index = self._reserve_slot() if index is None else index
+        replica = None
         try:
             replica = self.start(index)
             self.haproxy.enable(index, replica.handle.http_port)
@@ -65,6 +66,8 @@ class Controller:
             with self._lock:
                 self.starting.discard(index)
                 self.cancelled.discard(index)
+            if replica is not None:  # started, but haproxy could not be told: no server left behind
+                stop_replica(replica)
             raise
         with self._lock:
             self.starting.discard(index)
