@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from toolkit.config import ArtifactLayout, DeploymentConfig
+from toolkit.deploy import names as n
 from toolkit.targets import target_of
 
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
@@ -54,8 +55,8 @@ def server_command(config: DeploymentConfig, hosts: str | None = None) -> str:
 # Triton's queue for a model of the ensemble (`nv_inference_pending_request_count`): on a busy replica, requests
 # queue for the tokenizer before the engine sees them (the drain test saw 5 there and 1 in the engine). Not
 # `active` alone: a request between one finishing and its own admission reads 0 there.
-IN_FLIGHT_METRIC = (r'^(?:nv_trt_llm_request_metrics\{[^}]*request_type="(?:active|waiting)"[^}]*\}'
-                    r'|nv_inference_pending_request_count\{[^}]*\}) ([0-9.eE+-]+)$')
+IN_FLIGHT_METRIC = (rf'^(?:{n.REQUESTS}\{{[^}}]*{n.REQUEST_LABEL}="(?:active|waiting)"[^}}]*\}}'
+                    rf'|{n.PENDING}\{{[^}}]*\}}) ([0-9.eE+-]+)$')
 
 
 def drain_script(metrics_port: int = PORTS["metrics"], endpoint_settle_s: float = 5) -> str:

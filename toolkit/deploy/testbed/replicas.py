@@ -14,7 +14,7 @@ from toolkit.config import ArtifactLayout, DeploymentConfig
 from toolkit.deploy.launch import IN_FLIGHT_METRIC
 from toolkit.serve.server import ServerHandle, start_server, stop_server
 
-_IN_FLIGHT = re.compile(IN_FLIGHT_METRIC, re.M)  # queued or generating (toolkit/deploy/launch.py)
+_IN_FLIGHT = re.compile(IN_FLIGHT_METRIC, re.M)  # queued in Triton or the engine, or generating (launch.py)
 
 
 @dataclass
@@ -38,7 +38,8 @@ def stop_replica(replica: Replica) -> None:
 
 
 def in_flight(replica: Replica, timeout_s: float = 2.0) -> float:
-    """Requests the engine holds (queued or generating); 0 when the server no longer answers."""
+    """Requests the replica holds (queued in Triton or the engine, or generating, as the preStop drain counts
+    them); 0 when the server no longer answers."""
     try:
         text = requests.get(replica.handle.metrics_url, timeout=timeout_s).text
     except requests.RequestException:
