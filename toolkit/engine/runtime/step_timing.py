@@ -43,15 +43,21 @@ def device_sync(runner):
     return torch.cuda.synchronize if str(runner.device).startswith("cuda") else (lambda: None)
 
 
+def prefilled(runner, batch: int, isl: int, block_size: int):
+    """`batch` synthetic sequences of `isl` tokens prefilled on `runner`: their decode(pos) -> StepInput."""
+    prefill, decode, _ = synthetic_steps(batch, isl, block_size, runner.spec.vocab_size)
+    for seq in range(batch):
+        runner.forward(prefill(seq))
+    return decode
+
+
 def median_decode_step(runner, batch: int, isl: int, steps: int, block_size: int) -> float:
     """`batch` sequences prefilled with `isl` tokens, then `steps` decode steps: the median step (the first two
     left out: caches and allocator settling), in seconds."""
     import torch
 
-    prefill, decode, _ = synthetic_steps(batch, isl, block_size, runner.spec.vocab_size)
+    decode = prefilled(runner, batch, isl, block_size)
     sync = device_sync(runner)
-    for s in range(batch):
-        runner.forward(prefill(s))
     times = []
     for pos in range(isl, isl + steps):
         sync()
@@ -70,9 +76,7 @@ def alternating_decode_steps(runners: list, isl: int, block_size: int, batch: in
     (every slice's first step left out: the other runner's slice evicted the caches)."""
     plans, times = [], [[] for _ in runners]
     for runner in runners:
-        prefill, decode, _ = synthetic_steps(batch, isl, block_size, runner.spec.vocab_size)
-        for seq in range(batch):
-            runner.forward(prefill(seq))
+        decode = prefilled(runner, batch, isl, block_size)
         # built once, outside the timing; the same positions every slice: the bytes a step reads do not change
         plans.append([decode(pos) for pos in range(isl, isl + steps_per_slice)])
     for i in range(slices):
