@@ -46,6 +46,8 @@ def load_runner(tree: Path, checkpoint: Path, max_batch: int):
 
 
 def main() -> None:
+    from engine_bench import FAST_ABOVE  # this tree's (load_runner imports each tree's afresh)
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", type=Path, required=True, help="a checkout (worktree) of the build to compare against")
     parser.add_argument("--new", type=Path, default=ROOT, help="the build under test (default: this tree)")
@@ -56,7 +58,8 @@ def main() -> None:
     parser.add_argument("--osl", type=int, default=32, help="decode steps per timed run (their median counts)")
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--slices", type=int, default=0, help="time slices paired with memory reads instead (above)")
-    parser.add_argument("--fast-above", type=float, default=42.0, help="GB/s: a slice's read above this is the fast state")
+    parser.add_argument("--fast-above", type=float, default=FAST_ABOVE / 1e9,
+                        help="GB/s: a slice's read above this is the fast state (engine_bench's cut)")
     args = parser.parse_args()
     checkpoint = ROOT / "build" / "checkpoints" / f"{args.model}-{args.qformat}"
     if not checkpoint.is_dir():
