@@ -37,6 +37,9 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   kernel's probed read rate, few-row GEMMs at their probed rate, attention at the attention kernel's
   probed rate), plus those measured costs; "planner" is the same with the planner's own default
   costs (toolkit plan without this benchmark), its error against the measured ITL at each batch.
+- in the step: one more decode run per batch with decode_layers timing each part of its steps in place
+  (native_kernels.STEP_PARTS): the GEMMs' rate there beside the rate the planner charges them (the probe's, which
+  times each kernel on its own), and attention's ms per step.
 - TTFT's planner figure: the prefill floor (compute at the rate the probe measured for the format's
   kernel as prefill calls it: 128 rows, weights streamed, quantized formats widening per call), plus
   causal attention at the attention kernel's probed rate and, per prompt token, the per-sequence step
@@ -161,6 +164,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
             if batch == 1 and read_rate is not None:
                 result["read_rates"].append(read_rate(result["step_bytes"]))
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
+    result["in_step"] = _in_step_parts(runner, batches, isl, osl)
     if read_once is not None:
         result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"])
     # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
@@ -171,6 +175,35 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
                                   if max(batches) > 1 else 0.0)
     del runner
     return result
+
+
+def _in_step_parts(runner, batches: list[int], isl: int, osl: int) -> dict[int, dict]:
+    """Per batch, where a decode step's time goes as decode_layers times it in place: ms per step of each part
+    (native_kernels.STEP_PARTS, the mean over `osl` steps) and the rate the step's GEMMs ran at there
+    ("gemm_gflops"). The probe times each kernel on its own, one call after another; inside a step the same
+    kernels ran slower (fp8 at 8 rows of `small`: ~175 GFLOP/s in the step, 254 in the probe, 2026-11-26), and
+    this is the figure that says by how much. {} where the step does not run in one C call."""
+    from toolkit.engine.runtime.native_kernels import STEP_PARTS
+
+    if runner.decoder is None:
+        return {}
+    desc = runner.decoder.desc
+    layers = [desc.layers[i] for i in range(desc.num_layers)]
+    flops_per_row = 2 * sum(lin.n * lin.k for layer in layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down))
+    parts = {}
+    for batch in batches:
+        runner.decoder.time_parts(True)
+        try:
+            _median_step(runner, batch, isl, osl)
+            seconds = runner.decoder.timing_parts()
+        finally:
+            runner.decoder.time_parts(False)
+        per_step = {part: seconds[part] / osl * 1e3 for part in STEP_PARTS}
+        gemm_ms = sum(per_step[part] for part in ("qkv", "o", "gate_up", "down"))
+        if gemm_ms == 0:  # more rows than the one-call step takes: Python drove this batch's steps
+            continue
+        parts[batch] = {**per_step, "gemm_ms": gemm_ms, "gemm_gflops": flops_per_row * batch / gemm_ms / 1e6}
+    return parts
 
 
 def _read_rate_now(probe: dict, step_bytes: float) -> tuple[float, float]:
@@ -462,6 +495,9 @@ def main() -> None:
         r["planner_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe) * 1e3 for b in batches}
         r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=step_cost,
                                                     sequence_overhead_s=per_sequence) * 1e3
+        # The rate the planner charges the step's GEMMs at each batch, beside the rate they ran at in the step
+        weights = "bf16" if qformat == "none" else qformat
+        r["probe_gemm_gflops"] = {b: hardware.decode_peak_flops(weights, b, step_bytes) / 1e9 for b in batches}
         rows[qformat] = r
         itl = r["itl_ms"]
         print(f"{qformat:9s} {r['weight_format']:13s} load {r['load_s']:.1f}s warm-up {r['warm_up_s']:.1f}s  "
@@ -472,7 +508,8 @@ def main() -> None:
               + f"x{itl[batches[0]] / r['floor_ms']:.2f}; {r['reread_floor_ms']:.2f} ms re-reading the step's bytes at "
               + f"{r['reread_bandwidth'] / 1e9:.1f}: x{itl[batches[0]] / r['reread_floor_ms']:.2f}"
               + (f"; paired, x (step ms at GB/s): {_paired_cell(r['paired'])}" if "paired" in r else "")
-              + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence",
+              + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence"
+              + (f"; in the step, GEMM GFLOP/s (probe's) and attention ms: {_in_step_cell(r)}" if r["in_step"] else ""),
               flush=True)
     peers = {}
     if not args.no_peers and (PEERS / "venv/bin/python").is_file():
@@ -509,7 +546,7 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor"
             + f" | B=1 / floor, paired per memory state (step ms at GB/s) | B=1 / re-read floor (GB/s) | "
             + " | ".join(f"B={b} / roofline" for b in batches)
-            + " | planner B=1 ms (error at each B) | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
+            + " | planner B=1 ms (error at each B) | in the step: GEMM GFLOP/s (probe's), attention ms | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for q, r in rows.items():
@@ -527,9 +564,16 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
                      + (f"{_paired_cell(r['paired'])} | " if "paired" in r else "- | ")
                      + f"{itl[batches[0]] / r['reread_floor_ms']:.2f} ({r['reread_bandwidth'] / 1e9:.1f}) | "
                      + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
-                     + f" | {planner:.2f} ({errors} %) | {'; '.join(peer) or '-'}"
+                     + f" | {planner:.2f} ({errors} %) | {_in_step_cell(r) or '-'} | {'; '.join(peer) or '-'}"
                      + f" | {'; '.join(batched) or '-'} | {_openvino_cell(openvino.get(OV_FOR[q]), OV_FOR[q], itl, batches)} |")
     return "\n".join(lines)
+
+
+def _in_step_cell(r: dict) -> str:
+    """Per batch the GEMMs' rate inside the step against the rate the planner charges, and attention's ms per step:
+    "B=8 175 (254), 1.29 ms"."""
+    return "; ".join(f"B={b} {p['gemm_gflops']:.0f} ({r['probe_gemm_gflops'][b]:.0f}), {p['attention']:.2f} ms"
+                     for b, p in sorted(r["in_step"].items()))
 
 
 def _tok_s_ratios(batched: dict, itl: dict) -> str:

@@ -409,6 +409,39 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
+def test_the_one_call_step_times_its_parts_in_place_without_changing_a_logit(tiny_model_dir):
+    """time_parts (perf/engine_bench.py's in-step GEMM rates): each part of every decode step is timed where it runs,
+    the parts add up to no more than the steps' own time, and the logits are the same bits as untimed."""
+    import time
+
+    import torch
+
+    from toolkit.compile_native import find_compiler
+    from toolkit.engine.runtime.native_kernels import STEP_PARTS
+
+    if find_compiler("c") is None:
+        pytest.skip("no C compiler here to build the fused kernels")
+    timed, untimed = (_runner(tiny_model_dir, "auto", "auto") for _ in range(2))
+    if timed.decoder is None:
+        pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
+    assert timed.decoder.timing_parts() is None  # off unless asked
+    paged = PagedSequences(timed.cache.num_blocks)
+    steps = [paged.step({0: PROMPTS[0], 1: PROMPTS[1]})] + [paged.step({0: [11 + i], 1: [40 + i]}) for i in range(3)]
+    timed.forward(steps[0]), untimed.forward(steps[0])  # the prefill: Python, not timed in place
+    timed.decoder.time_parts(True)
+    start = time.perf_counter()
+    logits = [timed.forward(step) for step in steps[1:]]
+    elapsed = time.perf_counter() - start
+    parts = timed.decoder.timing_parts()
+    timed.decoder.time_parts(False)
+    assert set(parts) == set(STEP_PARTS)
+    assert all(parts[p] > 0 for p in ("qkv", "attention", "o", "gate_up", "down", "rest"))
+    assert sum(parts.values()) <= elapsed
+    assert timed.decoder.timing_parts() is None
+    for step, got in zip(steps[1:], logits):
+        assert torch.equal(got, untimed.forward(step))
+
+
 @pytest.mark.parametrize("forced", ["bf16", "fp32"])
 def test_prompt_gemm_precision_is_chosen_per_cpu_and_computes_the_same_product(monkeypatch, forced, tiny_model_dir):
     """Prompt chunks' bf16 GEMMs run in fp32 where that is faster on this CPU (chosen at build, else timed once per

@@ -29,6 +29,8 @@ _loaded: dict[str, object] = {}
 SOURCES = ("decode_kernels.c", "decode_step.c")
 (LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX,
  LIN_INT4_AMX, LIN_INT4_A8) = range(10)
+# The parts of a decode step decode_layers can time in place (csrc/decode_step.c's PART_*, in order)
+STEP_PARTS = ("qkv", "attention", "o", "gate_up", "down", "rest")
 # AMX tiles (csrc/decode_kernels.c): 16 outputs x one K slice of this many values, 1 KiB each
 AMX_K_STEP = {"bf16": 32, "int8": 64, "fp8": 32}
 
@@ -50,7 +52,8 @@ class _ModelDesc(ctypes.Structure):
                 ("kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32), ("inter", ctypes.c_int32),
                 ("act_kind", ctypes.c_int32), ("cache_kind", ctypes.c_int32), ("block_size", ctypes.c_int32),
                 ("eps", ctypes.c_float), ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p),
-                ("final_norm", ctypes.c_void_p), ("layers", ctypes.POINTER(_LayerDesc)), ("stub_gemms", ctypes.c_int32)]
+                ("final_norm", ctypes.c_void_p), ("layers", ctypes.POINTER(_LayerDesc)), ("stub_gemms", ctypes.c_int32),
+                ("part_seconds", ctypes.POINTER(ctypes.c_double))]
 
 
 def _cpu_model() -> str:
@@ -116,6 +119,18 @@ class DecodeModel:
                                ACTIVATION_KINDS[str(first.input_norm.dtype)], CACHE_KINDS[str(first.k_cache.dtype)],
                                block_size, eps, cos.data_ptr(), sin.data_ptr(), final_norm.data_ptr(),
                                ctypes.cast(self._layers, ctypes.POINTER(_LayerDesc)), 0)
+
+    def timing_parts(self) -> dict[str, float] | None:
+        """Seconds each part of the step (STEP_PARTS) took over the steps since time_parts(True), accumulated in
+        place by decode_layers; None while off."""
+        parts = getattr(self, "_parts", None)
+        return None if parts is None else dict(zip(STEP_PARTS, parts))
+
+    def time_parts(self, on: bool) -> None:
+        """Benchmarks only: decode_layers times each part of its steps in place (a clock read per part, ~0.1 %
+        of a step) from now on, from zero; off again with False."""
+        self._parts = (ctypes.c_double * len(STEP_PARTS))() if on else None
+        self.desc.part_seconds = ctypes.cast(self._parts, ctypes.POINTER(ctypes.c_double)) if on else None
 
     @staticmethod
     def _ptr(tensor) -> int | None:

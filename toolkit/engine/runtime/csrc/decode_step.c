@@ -37,7 +37,26 @@ typedef struct {
     const void *cos, *sin, *final_norm;
     const layer_t *layers;
     int32_t stub_gemms; /* benchmarks only (perf/engine_bench.py): GEMMs and attention write zeros instead */
+    double *part_seconds; /* benchmarks only, NULL = off: seconds spent in each STEP_PARTS part added here */
 } model_t;
+
+/* The parts of a step timed in place (model_t.part_seconds): where a step's time goes as it runs, which timing the
+ * same kernels called one by one from Python need not show (cache and thread state between them differ). */
+enum { PART_QKV = 0, PART_ATTENTION, PART_O, PART_GATE_UP, PART_DOWN, PART_REST, STEP_PARTS };
+
+static inline double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Adds the time since *mark to part `part` (when timing) and moves the mark to now. */
+static inline void charge(double *parts, int part, double *mark) {
+    if (parts == NULL) return;
+    const double t = now_seconds();
+    parts[part] += t - *mark;
+    *mark = t;
+}
 
 static int decode_kind_supported(int kind) { /* what decode_layers checks before writing anything */
 #if defined(HAVE_AMX)
@@ -181,26 +200,37 @@ int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64
         ok = decode_kind_supported(l->qkv.kind) && decode_kind_supported(l->o.kind) &&
              decode_kind_supported(l->gate_up.kind) && decode_kind_supported(l->down.kind);
     }
+    double *parts = m->part_seconds, mark = parts != NULL ? now_seconds() : 0.0;
     if (ok) rms_norm(h, m->layers[0].input_norm, x, batch, m->hidden, m->eps, act);
     for (int i = 0; ok && i < m->num_layers; i++) {
         const layer_t *l = &m->layers[i];
+        charge(parts, PART_REST, &mark);
         run_linear(&l->qkv, x, batch, qkv, act, m->stub_gemms);
+        charge(parts, PART_QKV, &mark);
         rope(qkv, qkv_n, positions, m->cos, m->sin, batch, m->heads, hd, act);
         rope(qkv + q * es, qkv_n, positions, m->cos, m->sin, batch, m->kv_heads, hd, act);
         write_kv(m, l, qkv, batch, qkv_n, slots);
         for (int64_t b = 0; b < batch; b++) memcpy(qbuf + b * q * es, qkv + b * qkv_n * es, q * es);
+        charge(parts, PART_REST, &mark);
         if (m->stub_gemms) memset(attn, 0, batch * q * es);
         else
             decode_attention(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn, (int)batch, m->heads,
                              m->kv_heads, hd, max_blocks, m->block_size, l->k_scale, l->v_scale, act, m->cache_kind);
+        charge(parts, PART_ATTENTION, &mark);
         run_linear(&l->o, attn, batch, delta, act, m->stub_gemms);
+        charge(parts, PART_O, &mark);
         add_rms_norm(h, delta, l->post_norm, x, batch, m->hidden, m->eps, act);
+        charge(parts, PART_REST, &mark);
         run_linear(&l->gate_up, x, batch, gate_up, act, m->stub_gemms);
+        charge(parts, PART_GATE_UP, &mark);
         silu_mul(gate_up, mid, batch, m->inter, act);
+        charge(parts, PART_REST, &mark);
         run_linear(&l->down, mid, batch, delta, act, m->stub_gemms);
+        charge(parts, PART_DOWN, &mark);
         add_rms_norm(h, delta, i + 1 < m->num_layers ? m->layers[i + 1].input_norm : m->final_norm, x, batch,
                      m->hidden, m->eps, act);
     }
+    charge(parts, PART_REST, &mark);
     free(qkv), free(qbuf), free(attn), free(gate_up), free(mid), free(delta);
     return ok ? 0 : -1;
 }
