@@ -38,8 +38,8 @@ from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
 # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages; 22: INT4-AWQ
-# and W4A8 on the int4 x int8 kernel, W4A8 probed apart)
-VERSION = 22
+# and W4A8 on the int4 x int8 kernel, W4A8 probed apart; 23: the few-row rates keep the activations' rounding)
+VERSION = 23
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
 # int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
@@ -141,7 +141,10 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
         x = torch.randn(rows, in_features, dtype=linears[0][1])
         seconds = _best_seconds(lambda: [fn(x) for _, _, fn in linears], repeats)
         if tiny is not None:
-            per_call = _best_seconds(lambda: [tiny(x) for _ in range(count)], repeats) / count
+            # on one row: the call's own cost only. On `rows` rows it also took the activations' rounding (fp8 at 8
+            # rows: 22 us a call against 15 on one, 2026-11-26), which the kernel pays inside a step too.
+            one_row = x[:1]
+            per_call = _best_seconds(lambda: [tiny(one_row) for _ in range(count)], repeats) / count
             seconds = max(seconds - count * per_call, seconds / 2)  # never more than half: a noisy small timing
         rates[rows] = 2 * rows * out_features * in_features * count / seconds
     return rates
