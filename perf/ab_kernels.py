@@ -60,6 +60,11 @@ def make_gemm(kernels, kind: str, n: int, k: int):
     if kind == "int4":
         packed, scales = kernels.pack_int4(torch.randint(-8, 8, (n, k))), torch.rand(n, k // 128) * 0.01
         return lambda x: kernels.gemm_int4(x, packed, scales, 128)
+    if kind == "int4_a8":  # INT4-AWQ's decode kernel where the CPU has VNNI: activations rounded to int8 per 128
+        if not getattr(kernels, "has_int4_a8", False):
+            return None
+        packed, scales = kernels.pack_int4(torch.randint(-8, 8, (n, k))), torch.rand(n, k // 128) * 0.01
+        return lambda x: kernels.gemm_int4(x, packed, scales, 128, int8_activations=True)
     if kind == "fp8":
         if not hasattr(kernels, "gemm_fp8"):
             return None
@@ -71,7 +76,7 @@ def make_gemm(kernels, kind: str, n: int, k: int):
         w = torch.randint(-127, 128, (n, k), dtype=torch.int8)
         scales, sums = torch.rand(n) * 0.01, w.sum(dim=1, dtype=torch.int32)
         return lambda x: kernels.gemm_int8_vnni(x, w, scales, sums, 0.02)
-    raise SystemExit(f"unknown kind {kind!r}: bf16, int4, fp8 or int8_sq")
+    raise SystemExit(f"unknown kind {kind!r}: bf16, int4, int4_a8, fp8 or int8_sq")
 
 
 def main() -> None:
@@ -79,7 +84,7 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="a checkout (worktree) of the build to compare against")
     parser.add_argument("--new", type=Path, default=ROOT, help="the build under test (default: this tree)")
     parser.add_argument("--model", type=Path, default=ROOT / "build" / "models" / "small")
-    parser.add_argument("--kinds", default="bf16,int4,fp8,int8_sq")
+    parser.add_argument("--kinds", default="bf16,int4,int4_a8,fp8,int8_sq")
     parser.add_argument("--rows", default="1,2,4,8,16", help="activation rows (the decode batch)")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
