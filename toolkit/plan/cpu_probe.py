@@ -38,8 +38,9 @@ from toolkit.plan.hardware import HardwareSpec
 
 CACHE = CACHE_ROOT / "cpu_probe.json"
 # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages; 22: INT4-AWQ
-# and W4A8 on the int4 x int8 kernel, W4A8 probed apart; 23: the few-row rates keep the activations' rounding)
-VERSION = 23
+# and W4A8 on the int4 x int8 kernel, W4A8 probed apart; 23: the few-row rates keep the activations' rounding; 24: attention
+# between reads, as in a step)
+VERSION = 24
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
 # int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
@@ -150,6 +151,33 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
     return rates
 
 
+ATTENTION_GAP_MIB = 8  # read between two layers' attention calls: a layer of `small` streams 3-13 MB of weights
+
+
+def _attention_seconds(native, caches, q, tables, lens, block: int, repeats: int) -> float:
+    """Seconds of decode attention over every layer's (k, v) cache in `caches` (best of `repeats`), each call timed
+    alone after an untimed read of ATTENTION_GAP_MIB of other memory, less each call's own cost (the same call at a
+    context of one token)."""
+    import torch
+
+    gap = torch.ones(ATTENTION_GAP_MIB * 2**18)
+
+    def layers() -> float:
+        total = 0.0
+        for k, v in caches:
+            gap.sum()
+            start = time.perf_counter()
+            native.decode_attention(q, k, v, tables, lens, block, 1.0, 1.0)
+            total += time.perf_counter() - start
+        return total
+
+    layers()  # first calls: page faults
+    seconds = min(layers() for _ in range(repeats))
+    first = torch.ones_like(lens)
+    per_call = _best_seconds(lambda: native.decode_attention(q, *caches[0], tables, first, block, 1.0, 1.0), repeats)
+    return max(seconds - len(caches) * per_call, seconds / 2)  # never more than half: a noisy small timing
+
+
 def sum_bytes_s(tensor, repeats: int) -> float:
     """Bytes/s of a torch sum reading `tensor` again and again (best of `repeats`)."""
     return tensor.nbytes / _best_seconds(tensor.sum, repeats)
@@ -230,8 +258,13 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     del buffer, part
     # Decode attention (the engine's fused kernel): query heads × context tokens per second, 8 sequences of
     # 256 tokens, Llama-like heads (12 query over 4 kv heads of 64) in a paged bf16 cache, one layer's cache
-    # after another over half the stream: in a step the GEMMs between two layers' attention evict the cache,
-    # and from memory the kernel ran ~4x below its in-cache rate (13-20 GB/s of KV, 2026-11-24).
+    # after another over half the stream, each call timed alone after an untimed read of ATTENTION_GAP_MIB, as a
+    # step's GEMMs stream a layer's weights between two layers' attention, and less a call's own cost (the step
+    # calls it from C). From memory the kernel ran ~4x below its in-cache rate (13-20 GB/s of KV, 2026-11-24).
+    # Calls back to back over caches that fit the last-level cache ran ~40 % faster than with the reads between
+    # (229M against 162M head-tokens/s at 8 sequences of 160, call cost included); this way the probe read
+    # 188-216M where the same kernel inside a step of `small` at 8 sequences ran 68-71 us a layer (~220M, timed in
+    # place, and the same on the step's own cache called from Python between reads; 2026-11-26).
     from toolkit.engine.runtime import native_kernels
 
     native = native_kernels.load()
@@ -243,11 +276,9 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
                    torch.randn(blocks * block, kv_heads, head_dim, dtype=torch.bfloat16))
                   for _ in range(max(1, int(stream_mib * 2**20 // 2 // layer_bytes)))]
         tables = torch.arange(blocks).reshape(seqs, -1)
-        lens = torch.full((seqs,), ctx)
         q = torch.randn(seqs, heads, head_dim, dtype=torch.bfloat16)
-        seconds = _best_seconds(lambda: [native.decode_attention(q, k, v, tables, lens, block, 1.0, 1.0)
-                                         for k, v in caches], repeats)
-        figures["attention_head_tokens_s"] = len(caches) * seqs * ctx * heads / seconds
+        figures["attention_head_tokens_s"] = len(caches) * seqs * ctx * heads / _attention_seconds(
+            native, caches, q, tables, torch.full((seqs,), ctx), block, repeats)
         del caches
     # Compute: a 2048 × 2048 weight stays in L2/L3; prefill-like batches (64, 256 rows).
     for name in KERNELS:
