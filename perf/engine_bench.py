@@ -37,7 +37,7 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   kernel's probed read rate, few-row GEMMs at their probed rate, attention at the attention kernel's
   probed rate), plus those measured costs; "planner" is the same with the planner's own default
   costs (toolkit plan without this benchmark), its error against the measured ITL at each batch.
-- in the step: one more decode run per batch with decode_layers timing each part of its steps in place
+- in the step: one more decode run per batch with the C decode step timing each part of its steps in place
   (native_kernels.STEP_PARTS): the GEMMs' rate there beside the rate the planner charges them (the probe's, which
   times each kernel on its own), and attention's ms per step.
 - TTFT's planner figure: the prefill floor (compute at the rate the probe measured for the format's
@@ -178,7 +178,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
 
 
 def _in_step_parts(runner, batches: list[int], isl: int, osl: int) -> dict[int, dict]:
-    """Per batch, where a decode step's time goes as decode_layers times it in place: ms per step of each part
+    """Per batch, where a decode step's time goes as the C step (decode_step) times it in place: ms per step of each part
     (native_kernels.STEP_PARTS, the mean over `osl` steps) and the rate the step's GEMMs ran at there
     ("gemm_gflops"). The probe times each kernel on its own, one call after another; inside a step the same
     kernels ran slower (fp8 at 8 rows of `small`: ~175 GFLOP/s in the step, 254 in the probe, 2026-11-26), and

@@ -232,10 +232,14 @@ class ModelRunner:
                 return None
             layers.append(NativeLayer(*parts, layer.o_smooth, layer.down_smooth, layer.input_norm, layer.post_norm,
                                       self.cache.k[i], self.cache.v[i], self.cache.k_scale[i], self.cache.v_scale[i]))
+        lm_head = self.lm_head.native_linear()
+        if lm_head is None:
+            return None
         s = self.spec
         return DecodeModel(layers, hidden=s.hidden_size, heads=s.num_heads, kv_heads=s.num_kv_heads,
                            head_dim=s.head_dim, inter=layers[0].gate_up.n // 2, block_size=self.block_size,
-                           eps=self.eps, cos=self.cos, sin=self.sin, final_norm=self.final_norm)
+                           eps=self.eps, cos=self.cos, sin=self.sin, final_norm=self.final_norm, embed=self.embed,
+                           lm_head=lm_head)
 
     @property
     def weight_bytes(self) -> int:
@@ -383,13 +387,9 @@ class ModelRunner:
         if (self.decoder is not None and step.num_tokens == step.num_sequences
                 and step.num_tokens <= self.decoder.max_rows):  # decode only, where the C GEMMs beat torch's
             tables, lens = plan
-            h = self.embed[token_ids].contiguous()
-            x = torch.empty_like(h)
-            if not self.native.decode_layers(self.decoder, h, x, positions.to(torch.int64).contiguous(),
-                                             slots.to(torch.int64).contiguous(), tables, lens):
-                raise RuntimeError("the C decode step refused the model description (out of memory, or a linear "
-                                   "kind this build lacks): start the engine with native=False")
-            return self.lm_head(x[logits_indices]).float()
+            as_int64 = (t.to(torch.int64).contiguous() for t in (token_ids, positions, slots, logits_indices))
+            ids, positions, slots, rows = as_int64
+            return self.native.decode_step(self.decoder, ids, positions, slots, tables, lens, rows)
         if self.native is not None:
             x = self._fused_layers(token_ids, positions, slots, lambda i, q: self._attend(i, q, plan))
             return self.lm_head(x[logits_indices]).float()

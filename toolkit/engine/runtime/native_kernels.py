@@ -29,8 +29,8 @@ _loaded: dict[str, object] = {}
 SOURCES = ("decode_kernels.c", "decode_step.c")
 (LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX,
  LIN_INT4_AMX, LIN_INT4_A8) = range(10)
-# The parts of a decode step decode_layers can time in place (csrc/decode_step.c's PART_*, in order)
-STEP_PARTS = ("qkv", "attention", "o", "gate_up", "down", "rest")
+# The parts of a decode step decode_step can time in place (csrc/decode_step.c's PART_*, in order)
+STEP_PARTS = ("qkv", "attention", "o", "gate_up", "down", "rest", "lm_head")
 # AMX tiles (csrc/decode_kernels.c): 16 outputs x one K slice of this many values, 1 KiB each
 AMX_K_STEP = {"bf16": 32, "int8": 64, "fp8": 32}
 
@@ -53,7 +53,8 @@ class _ModelDesc(ctypes.Structure):
                 ("act_kind", ctypes.c_int32), ("cache_kind", ctypes.c_int32), ("block_size", ctypes.c_int32),
                 ("eps", ctypes.c_float), ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p),
                 ("final_norm", ctypes.c_void_p), ("layers", ctypes.POINTER(_LayerDesc)), ("stub_gemms", ctypes.c_int32),
-                ("part_seconds", ctypes.POINTER(ctypes.c_double))]
+                ("part_seconds", ctypes.POINTER(ctypes.c_double)), ("embed", ctypes.c_void_p),
+                ("lm_head", _LinearDesc), ("vocab", ctypes.c_int32)]
 
 
 def _cpu_model() -> str:
@@ -106,28 +107,31 @@ class NativeLayer:
 
 
 class DecodeModel:
-    """A model described once for `decode_layers`: the ctypes structures and every tensor they point at
+    """A model described once for `decode_step`: the ctypes structures and every tensor they point at
     (kept here so that none is freed while the description lives)."""
 
     def __init__(self, layers: list[NativeLayer], *, hidden: int, heads: int, kv_heads: int, head_dim: int,
-                 inter: int, block_size: int, eps: float, cos, sin, final_norm):
-        self._keep = [cos, sin, final_norm, layers]
-        self.max_rows = min(lin.max_rows for layer in layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down))
+                 inter: int, block_size: int, eps: float, cos, sin, final_norm, embed, lm_head: NativeLinear):
+        self._keep = [cos, sin, final_norm, layers, embed, lm_head]
+        self.vocab = lm_head.n
+        self.max_rows = min([lin.max_rows for layer in layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+                            + [lm_head.max_rows])
         self._layers = (_LayerDesc * len(layers))(*[self._layer(layer) for layer in layers])
         first = layers[0]
         self.desc = _ModelDesc(len(layers), hidden, heads, kv_heads, head_dim, inter,
                                ACTIVATION_KINDS[str(first.input_norm.dtype)], CACHE_KINDS[str(first.k_cache.dtype)],
                                block_size, eps, cos.data_ptr(), sin.data_ptr(), final_norm.data_ptr(),
-                               ctypes.cast(self._layers, ctypes.POINTER(_LayerDesc)), 0)
+                               ctypes.cast(self._layers, ctypes.POINTER(_LayerDesc)), 0, None, embed.data_ptr(),
+                               self._linear(lm_head, None), lm_head.n)
 
     def timing_parts(self) -> dict[str, float] | None:
         """Seconds each part of the step (STEP_PARTS) took over the steps since time_parts(True), accumulated in
-        place by decode_layers; None while off."""
+        place by decode_step; None while off."""
         parts = getattr(self, "_parts", None)
         return None if parts is None else dict(zip(STEP_PARTS, parts))
 
     def time_parts(self, on: bool) -> None:
-        """Benchmarks only: decode_layers times each part of its steps in place (a clock read per part, ~0.1 %
+        """Benchmarks only: decode_step times each part of its steps in place (a clock read per part, ~0.1 %
         of a step) from now on, from zero; off again with False."""
         self._parts = (ctypes.c_double * len(STEP_PARTS))() if on else None
         self.desc.part_seconds = ctypes.cast(self._parts, ctypes.POINTER(ctypes.c_double)) if on else None
@@ -165,9 +169,9 @@ class NativeKernels:
         library.gemm_bf16_available.restype = c.c_int
         library.gemm_int4.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
         library.unpack_int4.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_int, c.c_void_p]
-        library.decode_layers.argtypes = [c.POINTER(_ModelDesc), c.c_void_p, c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p,
-                                          c.c_void_p, c.c_void_p, c.c_int]
-        library.decode_layers.restype = c.c_int
+        library.decode_step.argtypes = [c.POINTER(_ModelDesc), c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p, c.c_void_p,
+                                        c.c_void_p, c.c_int, c.c_void_p, c.c_int64, c.c_void_p]
+        library.decode_step.restype = c.c_int
         library.gemm_int8_vnni_available.restype = c.c_int
         library.round_activations.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int, c.c_float, c.c_void_p]
         library.widen_int8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
@@ -266,14 +270,24 @@ class NativeKernels:
         return out
 
 
-    def decode_layers(self, model: DecodeModel, h, x, positions, slots, block_tables, context_lens) -> bool:
-        """Every decoder layer of a decode-only step (csrc/decode_step.c): h [batch, hidden] contiguous, the
-        embedded tokens, becomes the last residual stream; x (like h) receives the final-normed hidden states.
-        positions, slots, context_lens int64 [batch]; block_tables int64 [batch, max_blocks]. False (nothing
-        written) where the C side refuses the description (a linear kind this library lacks, or no memory)."""
-        return self._lib.decode_layers(ctypes.byref(model.desc), h.data_ptr(), x.data_ptr(), h.shape[0],
-                                       positions.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
-                                       context_lens.data_ptr(), block_tables.shape[1]) == 0
+    def decode_step(self, model: DecodeModel, token_ids, positions, slots, block_tables, context_lens, logits_rows):
+        """A whole decode-only step (csrc/decode_step.c): token_ids, positions, slots, context_lens int64 [batch],
+        block_tables int64 [batch, max_blocks], logits_rows int64 [n] (rows of the batch) → fp32 logits [n, vocab].
+        Raises ValueError for a token id outside the vocabulary or a row outside the batch (nothing written), and
+        RuntimeError where the C side refuses the description (a linear kind this library lacks, or no memory)."""
+        import torch
+
+        logits = torch.empty(logits_rows.shape[0], model.vocab, dtype=torch.float32)
+        rc = self._lib.decode_step(ctypes.byref(model.desc), token_ids.data_ptr(), token_ids.shape[0],
+                                   positions.data_ptr(), slots.data_ptr(), block_tables.data_ptr(), context_lens.data_ptr(),
+                                   block_tables.shape[1], logits_rows.data_ptr(), logits_rows.shape[0], logits.data_ptr())
+        if rc == -2:
+            raise ValueError(f"decode step: a token id outside the vocabulary of {model.vocab} or a logits row outside "
+                             f"the batch of {token_ids.shape[0]} (token ids {token_ids.tolist()}, rows {logits_rows.tolist()})")
+        if rc != 0:
+            raise RuntimeError("the C decode step refused the model description (out of memory, or a linear kind this "
+                               "build lacks): start the engine with native=False")
+        return logits
 
     # --- weight-only GEMMs (x [M, K] in the activation dtype → [M, N]) --------------------------------
 

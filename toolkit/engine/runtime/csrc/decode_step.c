@@ -1,11 +1,12 @@
-/* A whole decode step's decoder layers in one call (compiled after decode_kernels.c, in the same unit).
+/* A whole decode step in one call: the tokens' embedding, the decoder layers, lm_head (decode_step at the end;
+ * compiled after decode_kernels.c, in the same unit).
  *
  * Why: at batch 1 the step's GEMMs on `small` take a few milliseconds, and calling the fused kernels
  * one by one from Python (about a dozen calls per layer, each with its tensor allocations, views and
  * ctypes argument conversion) added ~1.1 ms per step: a third of an int4 step. Here the same kernels
  * run in the same order on the same data, driven by a description of the model built once at load
  * (model_t below, mirrored by ctypes structures in native_kernels.py), so the result is bit-identical
- * to the Python-driven path (tests/test_native_kernels.py holds it to that).
+ * to the Python-driven path (tests/test_model_runner.py holds it to that).
  *
  * Scope: decode-only steps (one new token per sequence) with bf16 or fp32 activations, fused q/k/v and
  * gate/up GEMMs, and every linear on one of the few-row C GEMMs (the runner checks, else keeps Python).
@@ -38,11 +39,14 @@ typedef struct {
     const layer_t *layers;
     int32_t stub_gemms; /* benchmarks only (perf/engine_bench.py): GEMMs and attention write zeros instead */
     double *part_seconds; /* benchmarks only, NULL = off: seconds spent in each STEP_PARTS part added here */
+    const void *embed;    /* [vocab, hidden] in the activation dtype (decode_step's token lookup) */
+    linear_t lm_head;     /* [vocab, hidden] (decode_step's logits) */
+    int32_t vocab;
 } model_t;
 
 /* The parts of a step timed in place (model_t.part_seconds): where a step's time goes as it runs, which timing the
  * same kernels called one by one from Python need not show (cache and thread state between them differ). */
-enum { PART_QKV = 0, PART_ATTENTION, PART_O, PART_GATE_UP, PART_DOWN, PART_REST, STEP_PARTS };
+enum { PART_QKV = 0, PART_ATTENTION, PART_O, PART_GATE_UP, PART_DOWN, PART_REST, PART_LM_HEAD, STEP_PARTS };
 
 static inline double now_seconds(void) {
     struct timespec t;
@@ -233,4 +237,38 @@ int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64
     charge(parts, PART_REST, &mark);
     free(qkv), free(qbuf), free(attn), free(gate_up), free(mid), free(delta);
     return ok ? 0 : -1;
+}
+
+/* A whole decode-only step: each sequence's token embedded, every decoder layer (decode_layers), then lm_head on
+ * the final-normed rows `logits_rows` [n_logits] into fp32 logits [n_logits, vocab] (lm_head's activation-dtype
+ * output widened, as the runner's `.float()`). Why here and not in Python: after the layers have streamed the
+ * weights through the caches, each torch op on the way out (the row gather, lm_head's call, the widening) missed
+ * them too, ~0.1-0.2 ms a step in all: 5-8 % of an int4 step at one sequence (2026-11-26).
+ * Returns 0; -1 as decode_layers; -2 (nothing written) for a token id outside the vocabulary or a logits row outside
+ * the batch. */
+int decode_step(const model_t *m, const int64_t *token_ids, int64_t batch, const int64_t *positions,
+                const int64_t *slots, const int64_t *block_tables, const int64_t *context_lens, int max_blocks,
+                const int64_t *logits_rows, int64_t n_logits, float *logits) {
+    if (!decode_kind_supported(m->lm_head.kind)) return -1;
+    for (int64_t b = 0; b < batch; b++)
+        if (token_ids[b] < 0 || token_ids[b] >= m->vocab) return -2;
+    for (int64_t i = 0; i < n_logits; i++)
+        if (logits_rows[i] < 0 || logits_rows[i] >= batch) return -2;
+    const size_t es = act_bytes(m->act_kind), row = (size_t)m->hidden * es;
+    char *h = malloc(batch * row), *x = malloc(batch * row), *rows = malloc(n_logits * row);
+    void *out = malloc((size_t)n_logits * m->vocab * es);
+    int rc = h && x && rows && out ? 0 : -1;
+    if (rc == 0) {
+        for (int64_t b = 0; b < batch; b++) memcpy(h + b * row, (const char *)m->embed + token_ids[b] * row, row);
+        rc = decode_layers(m, h, x, batch, positions, slots, block_tables, context_lens, max_blocks);
+    }
+    if (rc == 0) {
+        double mark = m->part_seconds != NULL ? now_seconds() : 0.0;
+        for (int64_t i = 0; i < n_logits; i++) memcpy(rows + i * row, x + logits_rows[i] * row, row);
+        run_linear(&m->lm_head, rows, n_logits, out, m->act_kind, m->stub_gemms);
+        for (int64_t i = 0; i < n_logits; i++) load_row(logits + i * m->vocab, out, i * m->vocab, m->vocab, m->act_kind, 1.0f);
+        charge(m->part_seconds, PART_LM_HEAD, &mark);
+    }
+    free(h), free(x), free(rows), free(out);
+    return rc;
 }
