@@ -480,13 +480,14 @@ class NativeKernels:
 
     @staticmethod
     def pack_fp8(values):
-        """float8_e4m3fn [N, K] → their bytes [N, K] in gemm_fp8's layout: within each 64, byte 16L + 8h + i
-        holds weight 32h + 8L + i (see decode_kernels.c)."""
+        """float8_e4m3fn [N, K] → their bytes [N, K] in gemm_fp8's layout: within each 64, the 16-bit word i holds
+        weight i in its high byte and weight 32 + i in its low byte (little-endian: byte 2i + 1 and byte 2i; see
+        decode_kernels.c)."""
         import torch
 
         n, k = values.shape
-        raw = values.contiguous().view(torch.uint8).reshape(n, k // 64, 2, 4, 8)
-        return raw.permute(0, 1, 3, 2, 4).reshape(n, k).contiguous()
+        halves = values.contiguous().view(torch.uint8).reshape(n, k // 64, 2, 32)  # [.., (first, second), i]
+        return halves.flip(2).permute(0, 1, 3, 2).reshape(n, k).contiguous()  # byte 2i: second[i], 2i + 1: first[i]
 
     def gemm_fp8(self, x, packed, scale, act_quant: str | None, input_scale: float):
         """x bf16 [M, K], first rounded to act_quant at input_scale; packed: pack_fp8's bytes [N, K]; scale

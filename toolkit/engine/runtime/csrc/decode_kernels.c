@@ -1200,16 +1200,19 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
 /* ---- fp8 (FP8): ModelOpt's e4m3 weights, exact, on AVX512-BF16 dot products ------------------------------
  * An e4m3 byte s.eeee.mmm placed in the high byte of a 16-bit word, shifted right arithmetically by 4 and
  * masked, is the bf16 s.0000eeee.mmm0000: e lands in the low bits of bf16's exponent, so that bf16 is the fp8
- * value times 2^-120 exactly (a load, an unpack, a shift and a mask per 32 weights; the widening int8 kernel
+ * value times 2^-120 exactly (a load, then 2-3 shifts and a mask per 32 weights; the widening int8 kernel
  * fp8 ran on before spent a conversion and an FMA per 16 and was compute-bound at twice the floor). fp8's
  * subnormals (e = 0: |w| < 2^-6 in units of the tensor's scale, i.e. under 1/28672 of its largest weight)
  * become bf16 subnormals, which AVX512-BF16 reads as zero; widen_fp8 below drops them too, so that prefill
  * and decode serve the same weights. Activations rounded to fp8 as calibrated are exact in bf16; they go in
  * times 2^64 (exact) so that no product with a 2^-120-scaled weight falls below fp32's normal range (the
  * instruction flushes those), and the 2^56 left over is folded into the row scale.
- * Layout (pack_fp8): each 64 weights stored so that the low and high unpacks of a 64-byte load (in-lane, with
- * zeros as the low bytes) give weights k0 .. k0+31 and k0+32 .. k0+63 in order: byte 16L + 8h + i holds
- * weight 32h + 8L + i. w [N, K] bytes, K a multiple of 64; scale [N] fp32; x [M, K] bf16; y [M, N] bf16. */
+ * Layout (pack_fp8): each 64 weights stored as 32 words, word i holding weight k0 + i in its high byte and
+ * k0 + 32 + i in its low byte: the high bytes are in place for the shift as loaded, the low ones after one shift
+ * left, so 64 weights cost 5 vector instructions (fp8_pair_as_bf16), not the 6 of unpacking a natural order
+ * against zeros first. At one row the kernel is bound by those instructions (~48 GB/s of fp8 from any cache
+ * level, where bf16's GEMV streams ~95; 2026-11-26), which this VM's memory outruns in its fast state.
+ * w [N, K] bytes, K a multiple of 64; scale [N] fp32; x [M, K] bf16; y [M, N] bf16. */
 #if defined(__AVX512BF16__)
 #define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
 #define FP8_OUT_SHIFT 72057594037927936.0f /* 2^56 = 2^120 / 2^64 */
@@ -1218,19 +1221,26 @@ INLINE __m512bh fp8_as_bf16(__m512i high_bytes) {
     return (__m512bh)_mm512_and_si512(_mm512_srai_epi16(high_bytes, 4), _mm512_set1_epi16((short)0x87FF));
 }
 
+/* 64 weights in pack_fp8's layout → k0 .. k0+31 (the words' high bytes) and k0+32 .. k0+63 (their low bytes) as
+ * bf16 times 2^-120: the mask also clears what the shift brings down from the other byte. */
+INLINE void fp8_pair_as_bf16(__m512i words, __m512bh *first, __m512bh *second) {
+    const __m512i mask = _mm512_set1_epi16((short)0x87F0);
+    *first = (__m512bh)_mm512_and_si512(_mm512_srai_epi16(words, 4), mask);
+    *second = (__m512bh)_mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(words, 8), 4), mask);
+}
+
 /* Two accumulators per row (one per unpacked half): two independent chains of dot products, so that one row
  * does not wait on each instruction's latency; each row's sums run the same way at every tile size. */
 INLINE void fp8_tile(const uint16_t *x, const int rows, const int nb, int K, const uint8_t *wrow, const float *scale,
                      uint16_t *y, int64_t N) {
-    const __m512i zero = _mm512_setzero_si512();
     __m512 lo[TILE_M], hi[TILE_M];
     for (int i = 0; i < rows * nb; i++) lo[i] = hi[i] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 64) {
         for (int j = 0; j < nb; j++) {
             const uint8_t *at = wrow + (int64_t)j * K + k;
             prefetch_weights(at, 1, nb * (int64_t)K);
-            __m512i bytes = _mm512_loadu_si512((const void *)at);
-            __m512bh w0 = fp8_as_bf16(_mm512_unpacklo_epi8(zero, bytes)), w1 = fp8_as_bf16(_mm512_unpackhi_epi8(zero, bytes));
+            __m512bh w0, w1;
+            fp8_pair_as_bf16(_mm512_loadu_si512((const void *)at), &w0, &w1);
             for (int m = 0; m < rows; m++) {
                 const uint16_t *xm = x + (int64_t)m * K + k;
                 lo[m * nb + j] = _mm512_dpbf16_ps(lo[m * nb + j], w0, (__m512bh)_mm512_loadu_si512((const void *)xm));
@@ -1283,11 +1293,11 @@ void widen_fp8(const uint8_t *w, const float *scale, int N, int K, uint16_t *out
         const uint8_t *wrow = w + (int64_t)n * K;
         const __m512 s = _mm512_set1_ps(scale[n]);
         for (int k0 = 0; k0 < K; k0 += 64) {
-            /* the same unpack as gemm_fp8 (natural order, each byte in a word's high byte), then per 16 words
-             * the fp32 of the fp8: sign, exponent e + 120, mantissa; zero where e = 0 (zeros and subnormals) */
-            __m512i bytes = _mm512_loadu_si512((const void *)(wrow + k0));
-            __m512i halves[2] = {_mm512_unpacklo_epi8(_mm512_setzero_si512(), bytes),
-                                 _mm512_unpackhi_epi8(_mm512_setzero_si512(), bytes)};
+            /* as gemm_fp8 reads them (k0 .. k0+31 in the words' high bytes, then the low bytes shifted up; what is
+             * left in the low byte is masked off below), then per 16 words the fp32 of the fp8: sign, exponent
+             * e + 120, mantissa; zero where e = 0 (zeros and subnormals) */
+            __m512i words = _mm512_loadu_si512((const void *)(wrow + k0));
+            __m512i halves[2] = {words, _mm512_slli_epi16(words, 8)};
             for (int h = 0; h < 2; h++)
                 for (int q = 0; q < 2; q++) {
                     __m512i x = _mm512_cvtepu16_epi32(q ? _mm512_extracti64x4_epi64(halves[h], 1)
