@@ -270,17 +270,24 @@ class NativeKernels:
         return out
 
 
-    def decode_step(self, model: DecodeModel, token_ids, positions, slots, block_tables, context_lens, logits_rows):
-        """A whole decode-only step (csrc/decode_step.c): token_ids, positions, slots, context_lens int64 [batch],
-        block_tables int64 [batch, max_blocks], logits_rows int64 [n] (rows of the batch) → fp32 logits [n, vocab].
-        Raises ValueError for a token id outside the vocabulary or a row outside the batch (nothing written), and
-        RuntimeError where the C side refuses the description (a linear kind this library lacks, or no memory)."""
+    def decode_step(self, model: DecodeModel, token_ids, positions, slots, block_tables, max_blocks: int, context_lens,
+                    logits_rows):
+        """A whole decode-only step (csrc/decode_step.c): token_ids, positions, slots int64 tensors [batch];
+        block_tables [batch * max_blocks] and context_lens [batch] as int64 arrays (array.array("q")); logits_rows
+        an int64 tensor [n] (rows of the batch) → fp32 logits [n, vocab]. Raises ValueError for a token id outside
+        the vocabulary or a row outside the batch (nothing written), and RuntimeError where the C side refuses the
+        description (a linear kind this library lacks, or no memory)."""
         import torch
 
+        def int64(t):  # as the step's tensors are: no torch op then
+            return t if t.dtype is torch.int64 and t.is_contiguous() else t.to(torch.int64).contiguous()
+
+        token_ids, positions, slots, logits_rows = (int64(t) for t in (token_ids, positions, slots, logits_rows))
         logits = torch.empty(logits_rows.shape[0], model.vocab, dtype=torch.float32)
         rc = self._lib.decode_step(ctypes.byref(model.desc), token_ids.data_ptr(), token_ids.shape[0],
-                                   positions.data_ptr(), slots.data_ptr(), block_tables.data_ptr(), context_lens.data_ptr(),
-                                   block_tables.shape[1], logits_rows.data_ptr(), logits_rows.shape[0], logits.data_ptr())
+                                   positions.data_ptr(), slots.data_ptr(), block_tables.buffer_info()[0],
+                                   context_lens.buffer_info()[0], max_blocks, logits_rows.data_ptr(),
+                                   logits_rows.shape[0], logits.data_ptr())
         if rc == -2:
             raise ValueError(f"decode step: a token id outside the vocabulary of {model.vocab} or a logits row outside "
                              f"the batch of {token_ids.shape[0]} (token ids {token_ids.tolist()}, rows {logits_rows.tolist()})")
