@@ -364,7 +364,7 @@ class NativeKernels:
     def pack_amx(weight, kind: str):
         """bf16, int8 or fp8 [N, K] → uint8 tiles [N/16, K/step, 16, 64 (fp8: 32)] as the tile loads read them: row
         r of a tile holds, for each of its 16 outputs, the weights k = 2r, 2r+1 (bf16, fp8) or 4r..4r+3 (int8) of its
-        K slice (int8 K zero-padded to a multiple of 64); fp8's rows interleaved in pairs as gemm_fp8's bytes."""
+        K slice (int8 K zero-padded to a multiple of 64); fp8's rows interleaved in pairs, one unpack against zeros per row."""
         import torch
 
         n, k = weight.shape

@@ -1468,7 +1468,7 @@ static void amx_configure(int M, int *current) {
 enum { AMX_BF16 = 0, AMX_INT8 = 1, AMX_FP8 = 2, AMX_INT4 = 3 };
 #define AMX_PREFETCH 4096 /* bytes ahead in each output tile's weight stream */
 
-/* An fp8 tile (512 bytes, pack_amx's layout: per two tile rows, 64 bytes ordered as gemm_fp8's, so that one unpack
+/* An fp8 tile (512 bytes, pack_amx's layout: per two tile rows, 64 bytes interleaved in 8-byte runs, so that one unpack
  * of each half yields the two rows) as the bf16 tile of its values times 2^-120 (gemm_fp8's shift). */
 INLINE void amx_widen_fp8_tile(const uint8_t *src, uint8_t *dst) {
     const __m512i zero = _mm512_setzero_si512();
