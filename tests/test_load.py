@@ -153,6 +153,41 @@ def test_server_metric_summary_from_two_scrapes():
     assert summarize_server_metrics(samples[:1]) == {}
 
 
+def test_the_scraper_takes_a_step_s_first_sample_before_the_step_begins(tmp_path):
+    """The step's first sample is on record when start() returns: a request the step sends at once (rate mode sends
+    its first at t = 0) cannot be counted in it, and so not missed by the step's delta (a real HTTP server here,
+    whose counter moves as soon as start() returns)."""
+    from aiohttp import web
+
+    from toolkit.bench.server_metrics import MetricsScraper
+
+    count = {"ok": 0}
+
+    async def run():
+        async def metrics(_request):
+            return web.Response(text=f'nv_inference_request_success{{model="preprocessing",version="1"}} {count["ok"]}\n'
+                                     f'nv_inference_queue_duration_us{{model="preprocessing",version="1"}} 0\n')
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = "http://127.0.0.1:%d/metrics" % site._server.sockets[0].getsockname()[1]
+        try:
+            scraper = MetricsScraper(url, tmp_path / "server_metrics.jsonl", interval_s=10)
+            await scraper.start("step")
+            count["ok"] = 6  # the step's requests, all through before the poller's next sample
+            return await scraper.stop()
+        finally:
+            await runner.cleanup()
+
+    samples = asyncio.run(run())
+    assert len(samples) == 2 and samples[0]["step"] == "step"
+    assert summarize_server_metrics(samples)["preprocessing"]["requests"] == 6
+
+
 def test_genai_perf_and_aiperf_flag_spellings_set_the_same_keys():
     from click.testing import CliRunner
 

@@ -75,15 +75,19 @@ class MetricsScraper:
 
     async def _loop(self) -> None:
         while True:
-            await self._scrape()
             await asyncio.sleep(self.interval_s)
+            await self._scrape()
 
-    def start(self, step: str) -> None:
+    async def start(self, step: str) -> None:
+        """Takes the step's first sample before returning, so that it precedes the step's first request: taken
+        later by the polling task, it had already counted a first request's tokenizer but not its engine (5 of
+        6 requests through preprocessing against 6 through tensorrt_llm at 20 requests/s)."""
         import aiohttp
 
         self._step = step
         self.step_samples = []
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
+        await self._scrape()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> list[dict]:

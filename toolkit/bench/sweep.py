@@ -243,7 +243,7 @@ async def _sweep(settings: SweepSection, target: Target, tokenizer, run_dir: Pat
             if shape.max_in_flight:
                 await client.prepare(shape.max_in_flight)
             if scraper:
-                scraper.start(step.name)
+                await scraper.start(step.name)
             samples: list[dict] = []
             try:
                 records = await run_step(client, workload, step, settings, shape, tokenizer, writer,
