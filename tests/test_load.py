@@ -155,17 +155,21 @@ def test_server_metric_summary_from_two_scrapes():
 
 def test_the_scraper_takes_a_step_s_first_sample_before_the_step_begins(tmp_path):
     """The step's first sample is on record when start() returns: a request the step sends at once (rate mode sends
-    its first at t = 0) cannot be counted in it, and so not missed by the step's delta (a real HTTP server here,
-    whose counter moves as soon as start() returns)."""
+    its first at t = 0) cannot be counted in it, and so not missed by the step's delta. And the last samples wait for
+    the server's counters to settle: Triton counts a decoupled request when it is released, after the final response
+    the client saw. A real HTTP server here, whose counter moves as soon as start() returns and then trails by two."""
     from aiohttp import web
 
     from toolkit.bench.server_metrics import MetricsScraper
 
-    count = {"ok": 0}
+    count = {"ok": 0, "trailing": 0}
 
     async def run():
         async def metrics(_request):
-            return web.Response(text=f'nv_inference_request_success{{model="preprocessing",version="1"}} {count["ok"]}\n'
+            ok = count["ok"]
+            if count["trailing"]:  # each later scrape sees one more request released
+                count["ok"], count["trailing"] = ok + 1, count["trailing"] - 1
+            return web.Response(text=f'nv_inference_request_success{{model="preprocessing",version="1"}} {ok}\n'
                                      f'nv_inference_queue_duration_us{{model="preprocessing",version="1"}} 0\n')
 
         app = web.Application()
@@ -178,14 +182,14 @@ def test_the_scraper_takes_a_step_s_first_sample_before_the_step_begins(tmp_path
         try:
             scraper = MetricsScraper(url, tmp_path / "server_metrics.jsonl", interval_s=10)
             await scraper.start("step")
-            count["ok"] = 6  # the step's requests, all through before the poller's next sample
-            return await scraper.stop()
+            count["ok"], count["trailing"] = 6, 2  # the step's requests: 6 through, 2 more still to be released
+            return await scraper.stop(settle_s=0.01)
         finally:
             await runner.cleanup()
 
     samples = asyncio.run(run())
-    assert len(samples) == 2 and samples[0]["step"] == "step"
-    assert summarize_server_metrics(samples)["preprocessing"]["requests"] == 6
+    assert samples[0]["step"] == "step" and len(samples) == 5  # the first, then 6, 7, 8 and 8 again
+    assert summarize_server_metrics(samples)["preprocessing"]["requests"] == 8
 
 
 def test_genai_perf_and_aiperf_flag_spellings_set_the_same_keys():

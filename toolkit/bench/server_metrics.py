@@ -90,8 +90,11 @@ class MetricsScraper:
         await self._scrape()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def stop(self) -> list[dict]:
-        """Stop polling after one last sample, so every step has its end state; returns the step's samples."""
+    async def stop(self, settle_s: float = 0.05, most: int = 10) -> list[dict]:
+        """Stop polling after the last samples, so every step has its end state; returns the step's samples. The
+        server's request counters can trail the last response the client saw (Triton counts a decoupled request when
+        it is released, after its final response), so sampling goes on every `settle_s` until two samples in a row
+        count the same requests, at most `most` more."""
         if self._task:
             self._task.cancel()
             try:
@@ -99,9 +102,19 @@ class MetricsScraper:
             except asyncio.CancelledError:
                 pass
             await self._scrape()
+            for _ in range(most):
+                before = _request_counts(self.step_samples[-1]["metrics"]) if self.step_samples else None
+                await asyncio.sleep(settle_s)
+                await self._scrape()
+                if before is None or _request_counts(self.step_samples[-1]["metrics"]) == before:
+                    break
             await self._session.close()
             self._task = None
         return self.step_samples
+
+
+def _request_counts(sample: dict[str, float]) -> dict[str, float]:
+    return {name: value for name, value in sample.items() if name.startswith("nv_inference_request_success")}
 
 
 def _delta(first: dict, last: dict, name: str, **labels) -> float:
