@@ -411,7 +411,8 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
 
 def test_the_one_call_step_refuses_a_token_outside_the_vocabulary_and_writes_nothing(tiny_model_dir):
     """The C step looks tokens up itself: an id past the vocabulary (which torch's indexing would have refused) is a
-    ValueError naming it, raised before any KV cache byte is written, not a read past the embedding table."""
+    ValueError naming it, raised before any KV cache byte is written, not a read past the embedding table; where the
+    embedding has fewer rows than lm_head has outputs, its rows are the bound."""
     import torch
 
     from toolkit.compile_native import find_compiler
@@ -429,6 +430,14 @@ def test_the_one_call_step_refuses_a_token_outside_the_vocabulary_and_writes_not
     with pytest.raises(ValueError, match=f"outside the vocabulary of {runner.spec.vocab_size}"):
         runner.forward(step)
     assert all(torch.equal(a, b) for a, b in zip(before, runner.cache.k))
+    # an embedding with fewer rows than lm_head has outputs (a padded head): its last id is the bound, not the head's
+    runner.embed = short = runner.embed[:-2].contiguous()
+    runner.decoder = runner._native_decoder()
+    step.token_ids[0] = short.shape[0]
+    with pytest.raises(ValueError, match=f"outside the vocabulary of {short.shape[0]}"):
+        runner.forward(step)
+    step.token_ids[0] = short.shape[0] - 1
+    assert runner.forward(step).shape == (1, runner.spec.vocab_size)  # logits as wide as lm_head
 
 
 def test_the_one_call_step_times_its_parts_in_place_without_changing_a_logit(tiny_model_dir):
