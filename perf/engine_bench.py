@@ -447,7 +447,7 @@ def main() -> None:
     from toolkit.engine.runtime.model_runner import default_threads
     from toolkit.model.spec import load_model_spec
     from toolkit.plan.cpu_probe import measure_cpu, spec_from_probe, stream_reader
-    from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_prefill_seconds
+    from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_prefill_seconds, weights_for
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)
@@ -496,8 +496,8 @@ def main() -> None:
         r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=step_cost,
                                                     sequence_overhead_s=per_sequence) * 1e3
         # The rate the planner charges the step's GEMMs at each batch, beside the rate they ran at in the step
-        weights = "bf16" if qformat == "none" else qformat
-        r["probe_gemm_gflops"] = {b: hardware.decode_peak_flops(weights, b, step_bytes) / 1e9 for b in batches}
+        r["probe_gemm_gflops"] = {b: hardware.decode_peak_flops(weights_for(qformat), b, step_bytes) / 1e9
+                                  for b in batches}
         rows[qformat] = r
         itl = r["itl_ms"]
         print(f"{qformat:9s} {r['weight_format']:13s} load {r['load_s']:.1f}s warm-up {r['warm_up_s']:.1f}s  "

@@ -122,7 +122,7 @@ def main() -> None:
     from toolkit.model.spec import load_model_spec
     from toolkit.plan.gpus import catalog_gpu
     from toolkit.plan.memory import Deployment
-    from toolkit.plan.roofline import decode_step, prefill_seconds
+    from toolkit.plan.roofline import decode_step, prefill_seconds, weights_for
 
     on_gpu = args.device.startswith("cuda")
     if on_gpu and not torch.cuda.is_available():
@@ -162,7 +162,7 @@ def main() -> None:
             e = bench_format(ckpt, eager, args.isl, args.osl, native=False, repeats=1, device=args.device,
                              decode_graphs="off")
             r["eager"] = {"itl_ms": e["itl_ms"], "step_cost_ms": e["step_cost_ms"], "ttft_ms": e["ttft_ms"]}
-        weights = "bf16" if qformat == "none" else qformat  # the engine runs unquantized checkpoints in bf16
+        weights = weights_for(qformat)
         r["floor_ms"] = {b: decode_step(spec, hw, Deployment(weights=weights), b, context).seconds * 1e3
                          for b in batches}
         r["prefill_floor_ms"] = prefill_seconds(spec, hw, Deployment(weights=weights), args.isl) * 1e3

@@ -19,7 +19,7 @@ from pathlib import Path
 from toolkit.errors import ToolkitError
 
 FORMAT_EFFECT_FILE = "format_effect.json"  # beside a run's summary.json; the report shows it where present
-REFERENCE = "bf16"  # the engine runs an unquantized model in bf16 (toolkit/plan/roofline.py _cpu_weights)
+REFERENCE = "bf16"  # the engine runs an unquantized model in bf16 (toolkit/plan/roofline.py weights_for)
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,10 @@ class FormatEffect:
 def planner_ratios(plan: dict | None, qformat: str) -> dict[int, float]:
     """The plan's decode step at `qformat`'s weights over bf16's, from its per-format table: at batch 1 and at the
     deployment's batch ({} where the plan has no such table)."""
+    from toolkit.plan.roofline import weights_for
+
     formats = {f.get("weights"): f for f in (plan or {}).get("formats", [])}
-    ours, reference = formats.get("bf16" if qformat == "none" else qformat), formats.get(REFERENCE)
+    ours, reference = formats.get(weights_for(qformat)), formats.get(REFERENCE)
     if not ours or not reference:
         return {}
     ratios = {1: ours["decode_step_batch1_s"] / reference["decode_step_batch1_s"]}

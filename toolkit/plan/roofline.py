@@ -242,15 +242,16 @@ def cpu_hardware(probe: HardwareSpec | dict | None, step_overhead_s: float | Non
     return hw if sequence_overhead_s is None else replace(hw, sequence_overhead_s=sequence_overhead_s)
 
 
-def _cpu_weights(qformat: str) -> str:
-    return "bf16" if qformat == "none" else qformat  # the CPU engine runs unquantized models in bf16
+def weights_for(qformat: str) -> str:
+    """The weight format a checkpoint of `qformat` is served in: an unquantized one in bf16."""
+    return "bf16" if qformat == "none" else qformat
 
 
 def cpu_decode_step(spec: ModelSpec, qformat: str, batch: int, context_len: float,
                     probe: HardwareSpec | dict | None = None, kv_dtype: str = "bf16",
                     step_overhead_s: float | None = None, sequence_overhead_s: float | None = None) -> DecodeStep:
     hw = cpu_hardware(probe, step_overhead_s, spec, sequence_overhead_s)
-    return decode_step(spec, hw, Deployment(weights=_cpu_weights(qformat), kv_dtype=kv_dtype), batch, context_len)
+    return decode_step(spec, hw, Deployment(weights=weights_for(qformat), kv_dtype=kv_dtype), batch, context_len)
 
 
 def cpu_decode_step_seconds(spec: ModelSpec, qformat: str, batch: int, context_len: float,
@@ -263,13 +264,13 @@ def cpu_decode_step_seconds(spec: ModelSpec, qformat: str, batch: int, context_l
 def cpu_crossover_batch(spec: ModelSpec, qformat: str, context_len: float, probe: HardwareSpec | dict | None = None,
                         kv_dtype: str = "bf16") -> float | None:
     hw = cpu_hardware(probe, None)
-    return crossover_batch(spec, hw, Deployment(weights=_cpu_weights(qformat), kv_dtype=kv_dtype), context_len)
+    return crossover_batch(spec, hw, Deployment(weights=weights_for(qformat), kv_dtype=kv_dtype), context_len)
 
 
 def cpu_prefill_seconds(spec: ModelSpec, qformat: str, tokens: int, probe: HardwareSpec | dict | None = None,
                         step_overhead_s: float | None = None, sequence_overhead_s: float | None = None) -> float:
     hw = cpu_hardware(probe, step_overhead_s, spec, sequence_overhead_s)
-    return prefill_seconds(spec, hw, Deployment(weights=_cpu_weights(qformat)), tokens)
+    return prefill_seconds(spec, hw, Deployment(weights=weights_for(qformat)), tokens)
 
 
 def ceil_batch(batch: float | None) -> int | None:

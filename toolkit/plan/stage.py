@@ -17,16 +17,12 @@ from toolkit.model.spec import ModelSpec
 from toolkit.plan.gpus import catalog_gpu, hardware_spec, is_cpu
 from toolkit.plan.hardware import HardwareSpec
 from toolkit.plan.memory import Deployment, plan_memory, smallest_tp_that_fits
-from toolkit.plan.roofline import ceil_batch, cpu_hardware, format_comparison, plan_roofline
+from toolkit.plan.roofline import ceil_batch, cpu_hardware, format_comparison, plan_roofline, weights_for
 from toolkit.quantize.formats import formats_of_checkpoint
 from toolkit.targets import target_of
 
 # A GPU plan's workload when neither the config nor a flag says (ISL/OSL of docs/gpu-validation.md).
 GPU_DEFAULTS = dict(pp=1, weights="bf16", kv_dtype="bf16", max_num_tokens=8192, batch=8, isl=1024, osl=128)
-
-
-def _weights_for(qformat: str) -> str:
-    return "bf16" if qformat == "none" else qformat
 
 
 def deployment_for_config(config: DeploymentConfig, spec: ModelSpec | None, device: str,
@@ -38,7 +34,7 @@ def deployment_for_config(config: DeploymentConfig, spec: ModelSpec | None, devi
                   runtime_overhead_gb=config.plan.runtime_overhead_gb,
                   prefill_efficiency=1.0 if cpu else config.plan.prefill_efficiency)
     if target_of(config).on_gpu != cpu:  # the config describes a deployment on this kind of device
-        values = dict(tp=config.parallel.tp, pp=config.parallel.pp, weights=_weights_for(q.qformat),
+        values = dict(tp=config.parallel.tp, pp=config.parallel.pp, weights=weights_for(q.qformat),
                       kv_dtype="bf16" if q.kv_cache_dtype == "none" else q.kv_cache_dtype,
                       max_seq_len=e.max_seq_len, max_num_tokens=e.max_num_tokens, batch=e.max_batch_size,
                       isl=config.sweep.input_tokens_mean, osl=config.sweep.output_tokens,
@@ -47,7 +43,7 @@ def deployment_for_config(config: DeploymentConfig, spec: ModelSpec | None, devi
         from toolkit.config import EngineSection, SweepSection
 
         d, w = EngineSection(), SweepSection()
-        values = dict(tp=1, pp=1, weights=_weights_for(q.qformat), kv_dtype="bf16", max_seq_len=d.max_seq_len,
+        values = dict(tp=1, pp=1, weights=weights_for(q.qformat), kv_dtype="bf16", max_seq_len=d.max_seq_len,
                       max_num_tokens=d.max_num_tokens, batch=d.max_batch_size, isl=w.input_tokens_mean,
                       osl=w.output_tokens, kv_cache_tokens=d.kv_cache_blocks * d.tokens_per_block)
     else:  # the CPU demo's config planned on a GPU: nothing in its engine section is about a GPU
