@@ -159,6 +159,7 @@ def test_the_scraper_takes_a_step_s_first_sample_before_the_step_begins(tmp_path
     the server's counters to settle: Triton counts a decoupled request when it is released, after the final response
     the client saw. A real HTTP server here, whose counter moves as soon as start() returns and then trails by two."""
     from aiohttp import web
+    from local_http import serving
 
     from toolkit.bench.server_metrics import MetricsScraper
 
@@ -172,20 +173,11 @@ def test_the_scraper_takes_a_step_s_first_sample_before_the_step_begins(tmp_path
             return web.Response(text=f'nv_inference_request_success{{model="preprocessing",version="1"}} {ok}\n'
                                      f'nv_inference_queue_duration_us{{model="preprocessing",version="1"}} 0\n')
 
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = "http://127.0.0.1:%d/metrics" % site._server.sockets[0].getsockname()[1]
-        try:
-            scraper = MetricsScraper(url, tmp_path / "server_metrics.jsonl", interval_s=10)
+        async with serving({"/metrics": metrics}) as base:
+            scraper = MetricsScraper(base + "/metrics", tmp_path / "server_metrics.jsonl", interval_s=10)
             await scraper.start("step")
             count["ok"], count["trailing"] = 6, 2  # the step's requests: 6 through, 2 more still to be released
             return await scraper.stop(settle_s=0.01)
-        finally:
-            await runner.cleanup()
 
     samples = asyncio.run(run())
     assert samples[0]["step"] == "step" and len(samples) == 5  # the first, then 6, 7, 8 and 8 again

@@ -77,6 +77,7 @@ def test_openai_client_asks_the_server_for_its_model_or_says_why():
     import asyncio
 
     from aiohttp import web
+    from local_http import serving
 
     from toolkit.errors import ToolkitError
 
@@ -84,14 +85,7 @@ def test_openai_client_asks_the_server_for_its_model_or_says_why():
         async def models(_request):
             return web.json_response({"data": [{"id": "small"}]})
 
-        app = web.Application()
-        app.router.add_get("/v1/models", models)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = "http://127.0.0.1:%d" % site._server.sockets[0].getsockname()[1]
-        try:
+        async with serving({"/v1/models": models}) as url:
             found = OpenAIChatClient(url, None)
             await found.prepare(1)
             named = OpenAIChatClient(url + "/v1", "mine")
@@ -102,8 +96,6 @@ def test_openai_client_asks_the_server_for_its_model_or_says_why():
             for client in (found, named, missing):
                 await client.close()
             return found.model, named.model, named.url
-        finally:
-            await runner.cleanup()
 
     model, named, url = asyncio.run(run())
     assert model == "small" and named == "mine" and url.endswith("/v1/chat/completions")
