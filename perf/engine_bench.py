@@ -180,9 +180,10 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
 def _in_step_parts(runner, batches: list[int], isl: int, osl: int) -> dict[int, dict]:
     """Per batch, where a decode step's time goes as the C step (decode_step) times it in place: ms per step of each part
     (native_kernels.STEP_PARTS, the mean over `osl` steps) and the rate the step's GEMMs ran at there
-    ("gemm_gflops"). The probe times each kernel on its own, one call after another; inside a step the same
-    kernels ran slower (fp8 at 8 rows of `small`: ~175 GFLOP/s in the step, 254 in the probe, 2026-11-26), and
-    this is the figure that says by how much. {} where the step does not run in one C call."""
+    ("gemm_gflops"). The probe times each kernel on its own, one call after another, and in a minute of its own:
+    the two can part (fp8 at 8 rows of `small`: 190 GFLOP/s in the step against the probe's 286 in one run, 205
+    against 206 in another, 2026-11-26/27), and this is the figure that says by how much. {} where the step does not
+    run in one C call."""
     from toolkit.engine.runtime.native_kernels import STEP_PARTS
 
     if runner.decoder is None:

@@ -113,8 +113,8 @@ class DecodeModel:
     def __init__(self, layers: list[NativeLayer], *, hidden: int, heads: int, kv_heads: int, head_dim: int,
                  inter: int, block_size: int, eps: float, cos, sin, final_norm, embed, lm_head: NativeLinear):
         self._keep = [cos, sin, final_norm, layers, embed, lm_head]
-        self.vocab = min(lm_head.n, embed.shape[0])  # the token ids the step takes (its logits: lm_head.n wide)
-        self.logits_width = lm_head.n
+        self.vocab = lm_head.n  # the logits' width
+        self.embed_rows = embed.shape[0]  # token ids' bound
         self.max_rows = min([lin.max_rows for layer in layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
                             + [lm_head.max_rows])
         self._layers = (_LayerDesc * len(layers))(*[self._layer(layer) for layer in layers])
@@ -123,7 +123,7 @@ class DecodeModel:
                                ACTIVATION_KINDS[str(first.input_norm.dtype)], CACHE_KINDS[str(first.k_cache.dtype)],
                                block_size, eps, cos.data_ptr(), sin.data_ptr(), final_norm.data_ptr(),
                                ctypes.cast(self._layers, ctypes.POINTER(_LayerDesc)), 0, None, embed.data_ptr(),
-                               self._linear(lm_head, None), lm_head.n, embed.shape[0])
+                               self._linear(lm_head, None), self.vocab, self.embed_rows)
 
     def timing_parts(self) -> dict[str, float] | None:
         """Seconds each part of the step (STEP_PARTS) took over the steps since time_parts(True), accumulated in
@@ -284,13 +284,13 @@ class NativeKernels:
             return t if t.dtype is torch.int64 and t.is_contiguous() else t.to(torch.int64).contiguous()
 
         token_ids, positions, slots, logits_rows = (int64(t) for t in (token_ids, positions, slots, logits_rows))
-        logits = torch.empty(logits_rows.shape[0], model.logits_width, dtype=torch.float32)
+        logits = torch.empty(logits_rows.shape[0], model.vocab, dtype=torch.float32)
         rc = self._lib.decode_step(ctypes.byref(model.desc), token_ids.data_ptr(), token_ids.shape[0],
                                    positions.data_ptr(), slots.data_ptr(), block_tables.buffer_info()[0],
                                    context_lens.buffer_info()[0], max_blocks, logits_rows.data_ptr(),
                                    logits_rows.shape[0], logits.data_ptr())
         if rc == -2:
-            raise ValueError(f"decode step: a token id outside the vocabulary of {model.vocab} or a logits row outside "
+            raise ValueError(f"decode step: a token id outside the vocabulary of {model.embed_rows} or a logits row outside "
                              f"the batch of {token_ids.shape[0]} (token ids {token_ids.tolist()}, rows {logits_rows.tolist()})")
         if rc != 0:
             raise RuntimeError("the C decode step refused the model description (out of memory, or a linear kind this "

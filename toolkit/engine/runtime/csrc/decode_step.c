@@ -41,7 +41,7 @@ typedef struct {
     double *part_seconds; /* benchmarks only, NULL = off: seconds spent in each STEP_PARTS part added here */
     const void *embed;    /* [vocab, hidden] in the activation dtype (decode_step's token lookup) */
     linear_t lm_head;     /* [vocab, hidden] (decode_step's logits) */
-    int32_t vocab, embed_rows; /* lm_head's outputs; the embedding's rows (a token id must be below both) */
+    int32_t vocab, embed_rows; /* lm_head's outputs (the logits' width); the embedding's rows (token ids' bound) */
 } model_t;
 
 /* The parts of a step timed in place (model_t.part_seconds): where a step's time goes as it runs, which timing the
@@ -251,7 +251,7 @@ int decode_step(const model_t *m, const int64_t *token_ids, int64_t batch, const
                 const int64_t *logits_rows, int64_t n_logits, float *logits) {
     if (!decode_kind_supported(m->lm_head.kind)) return -1;
     for (int64_t b = 0; b < batch; b++)
-        if (token_ids[b] < 0 || token_ids[b] >= m->vocab || token_ids[b] >= m->embed_rows) return -2;
+        if (token_ids[b] < 0 || token_ids[b] >= m->embed_rows) return -2;
     for (int64_t i = 0; i < n_logits; i++)
         if (logits_rows[i] < 0 || logits_rows[i] >= batch) return -2;
     const size_t es = act_bytes(m->act_kind), row = (size_t)m->hidden * es;
