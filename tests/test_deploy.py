@@ -243,7 +243,8 @@ def test_the_testbed_reads_outcomes_and_steps_from_its_files():
 def test_the_prestop_drain_holds_while_requests_wait_for_admission(tmp_path):
     """The pod's preStop script, against a metrics endpoint: it holds while a request is anywhere in the
     replica, queued in Triton for the tokenizer (`nv_inference_pending_request_count`), queued for the batch
-    (`waiting`) or admitted (`active`), and exits once all read 0."""
+    (`waiting`) or admitted (`active`), and exits once all read 0. A scrape that times out (a busy replica)
+    is asked again, not taken for a server that is gone: it ended CI's drain test early once."""
     import http.server
     import threading
     import time
@@ -252,9 +253,11 @@ def test_the_prestop_drain_holds_while_requests_wait_for_admission(tmp_path):
 
     served = {"active": 0, "waiting": 0}
     pending = {"ensemble": 0, "preprocessing": 3, "tensorrt_llm": 0}
+    stall_s = [1.0]  # longer than the script's scrape timeout below
 
     class Metrics(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            time.sleep(stall_s[0])
             body = "".join(f'nv_trt_llm_request_metrics{{model="tensorrt_llm",request_type="{kind}",version="1"}} '
                            f"{value}\n" for kind, value in {**served, "max": 4}.items())
             body += "".join(f'nv_inference_pending_request_count{{model="{model}",version="1"}} {value}\n'
@@ -269,15 +272,17 @@ def test_the_prestop_drain_holds_while_requests_wait_for_admission(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     script = tmp_path / "drain.py"
-    script.write_text(drain_script(server.server_address[1], endpoint_settle_s=0))
+    script.write_text(drain_script(server.server_address[1], endpoint_settle_s=0, scrape_timeout_s=0.3))
     try:
         started = time.time()
-        drain = subprocess.Popen([sys.executable, str(script), "30"])
+        drain = subprocess.Popen([sys.executable, str(script), "30"], stderr=subprocess.PIPE, text=True)
         for before_the_engine, in_the_engine in ((3, 0), (0, 2)):  # tokenizer's queue, then the batch's
             pending["preprocessing"], served["waiting"] = before_the_engine, in_the_engine
             time.sleep(2.5)
-            assert drain.poll() is None  # requests queued, none admitted: still draining
+            assert drain.poll() is None  # requests queued, none admitted (or no answer in time): still draining
+            stall_s[0] = 0.0
         served["waiting"] = 0
         assert drain.wait(10) == 0 and time.time() - started < 15
+        assert drain.stderr.read().strip() == "preStop drain: no request in flight"
     finally:
         server.shutdown()

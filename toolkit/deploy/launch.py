@@ -59,25 +59,36 @@ IN_FLIGHT_METRIC = (rf'^(?:{n.REQUESTS}\{{[^}}]*{n.REQUEST_LABEL}="(?:active|wai
                     rf'|{n.PENDING}\{{[^}}]*\}}) ([0-9.eE+-]+)$')
 
 
-def drain_script(metrics_port: int = PORTS["metrics"], endpoint_settle_s: float = 5) -> str:
+def drain_script(metrics_port: int = PORTS["metrics"], endpoint_settle_s: float = 5, scrape_timeout_s: float = 2) -> str:
     """preStop: the pod is already leaving the Service's endpoints (given `endpoint_settle_s` to take
     effect); wait until no request is in flight (the engine's active and waiting gauges and Triton's
-    pending request counts read 0), then let SIGTERM stop Triton."""
+    pending request counts read 0), then let SIGTERM stop Triton. A scrape that times out is a busy
+    server, not a gone one: only a refused connection ends the wait early."""
     return f"""#!/usr/bin/env python3
 # preStop drain: give the endpoint controller time to stop routing here, then wait for in-flight streams.
-import re, sys, time, urllib.request
+import re, sys, time, urllib.error, urllib.request
 time.sleep({endpoint_settle_s:g})
 deadline = time.time() + float(sys.argv[1]) if len(sys.argv) > 1 else time.time() + 120
 in_flight = re.compile({IN_FLIGHT_METRIC!r}, re.M)
+why = "the deadline passed with requests still in flight"
 while time.time() < deadline:
     try:
-        text = urllib.request.urlopen("http://127.0.0.1:{metrics_port}/metrics", timeout=2).read().decode()
-    except OSError:
-        break
+        text = urllib.request.urlopen("http://127.0.0.1:{metrics_port}/metrics", timeout={scrape_timeout_s:g}).read().decode()
+    except (ConnectionRefusedError, urllib.error.URLError) as exc:
+        if isinstance(getattr(exc, "reason", exc), ConnectionRefusedError):
+            why = "the server no longer answers"
+            break
+        time.sleep(1)  # timed out or reset: a busy server; ask again
+        continue
+    except OSError:  # a read that timed out
+        time.sleep(1)
+        continue
     values = [float(v) for v in in_flight.findall(text)]
     if not values or sum(values) == 0:
+        why = "no request in flight" if values else "no in-flight metric exported"
         break
     time.sleep(1)
+print(f"preStop drain: {{why}}", file=sys.stderr)
 """
 
 

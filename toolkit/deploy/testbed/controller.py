@@ -117,8 +117,8 @@ class Controller:
     def _begin_drain(self, index: int, replica: Replica) -> None:
         # What is in flight as the drain begins, read before it does (not in the drain's thread after haproxy's
         # command: short streams on the faster CPU engine had ended by then, recording a drain of nothing). A
-        # replica busy with those streams can be slow to answer a scrape on two shared cores; a timed-out
-        # scrape reads as 0, hence the long timeout.
+        # replica busy with those streams can be slow to answer a scrape on two shared cores, hence the long
+        # timeout (a scrape that still times out is recorded as None: unknown).
         at_drain = in_flight(replica, timeout_s=15.0)
         # ... and the streams open through haproxy to it: the engine's gauges are refreshed by its metrics thread,
         # which a starved replica can leave a second or more behind; an open stream is in flight whatever they say.
@@ -129,7 +129,7 @@ class Controller:
         thread.start()
         self._threads.append(thread)
 
-    def _drain(self, index: int, replica: Replica, at_drain: float, sessions_at_drain: int, began: float) -> None:
+    def _drain(self, index: int, replica: Replica, at_drain: float | None, sessions_at_drain: int, began: float) -> None:
         deadline = began + self.drain_timeout_s
         while time.perf_counter() < deadline:
             sessions = self.haproxy.stats().get(slot(index), {}).get("scur", 0)

@@ -37,11 +37,13 @@ def stop_replica(replica: Replica) -> None:
     stop_server(replica.state_file)
 
 
-def in_flight(replica: Replica, timeout_s: float = 2.0) -> float:
+def in_flight(replica: Replica, timeout_s: float = 2.0) -> float | None:
     """Requests the replica holds (queued in Triton or the engine, or generating, as the preStop drain counts
-    them); 0 when the server no longer answers."""
+    them); 0 when the server no longer answers, None when it answers too slowly to tell (a busy replica)."""
     try:
         text = requests.get(replica.handle.metrics_url, timeout=timeout_s).text
-    except requests.RequestException:
-        return 0.0
+    except requests.ConnectionError as exc:
+        return None if isinstance(exc, requests.Timeout) else 0.0  # a connect timeout is both
+    except requests.RequestException:  # timed out, or cut off mid-answer: ask again
+        return None
     return sum(float(v) for v in _IN_FLIGHT.findall(text))
