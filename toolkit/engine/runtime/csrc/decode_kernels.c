@@ -898,13 +898,16 @@ INLINE void bf16_tile(const uint16_t *x, const int rows, int K, const uint16_t *
  * 3-6 % slower, so those stay on bf16_tile. Whole bf16 decode steps: 8 / 12 / 16 sequences 2 / 25 / 21 %. */
 #define BF16_BLOCK_ROWS 6
 #define BF16_BLOCK_MIN 8
-INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t *w, uint16_t *y, int64_t N) {
+/* out_scale (NULL: none) multiplies each weight row's sums before the rounding to bf16; `streamed`: w comes from
+ * memory and is prefetched (gemm_fp8 passes a tile it widened into L1 instead). */
+INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t *w, uint16_t *y, int64_t N,
+                       const float *out_scale, const int streamed) {
     __m512 acc[4 * BF16_BLOCK_ROWS];
     for (int i = 0; i < 4 * rows; i++) acc[i] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 32) {
         __m512bh wv[4];
         for (int j = 0; j < 4; j++) {
-            prefetch_weights(w + (int64_t)j * K + k, 1, 4 * 2 * (int64_t)K);
+            if (streamed) prefetch_weights(w + (int64_t)j * K + k, 1, 4 * 2 * (int64_t)K);
             wv[j] = (__m512bh)_mm512_loadu_si512((const void *)(w + (int64_t)j * K + k));
         }
         for (int m = 0; m < rows; m++) {
@@ -915,7 +918,7 @@ INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t 
     for (int m = 0; m < rows; m++) {
         float sums[4];
         _mm_storeu_ps(sums, sum_four(acc[m * 4], acc[m * 4 + 1], acc[m * 4 + 2], acc[m * 4 + 3]));
-        for (int j = 0; j < 4; j++) y[m * N + j] = f32_to_bf16(sums[j]);
+        for (int j = 0; j < 4; j++) y[m * N + j] = f32_to_bf16(out_scale ? sums[j] * out_scale[j] : sums[j]);
     }
 }
 #endif
@@ -928,7 +931,7 @@ void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, ui
         for (int n = 0; n < N; n += 4)
             for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
                 int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-#define BF16_BLOCK(R) bf16_block(x + m0 * K, R, K, w + (int64_t)n * K, y + m0 * N + n, N)
+#define BF16_BLOCK(R) bf16_block(x + m0 * K, R, K, w + (int64_t)n * K, y + m0 * N + n, N, NULL, 1)
                 FOR_1_TO_6(rows, BF16_BLOCK)
 #undef BF16_BLOCK
             }
@@ -1216,6 +1219,8 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
 #if defined(__AVX512BF16__)
 #define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
 #define FP8_OUT_SHIFT 72057594037927936.0f /* 2^56 = 2^120 / 2^64 */
+#define FP8_WIDE_MIN 9 /* rows from which gemm_fp8 widens each block of weights once for all rows (fp8_tile takes up to 8 in one pass) */
+#define FP8_WIDE_MAX_K 8192 /* the widened block's bytes on the stack: 4 rows x K x 2 (64 KiB at most) */
 
 INLINE __m512bh fp8_as_bf16(__m512i high_bytes) {
     return (__m512bh)_mm512_and_si512(_mm512_srai_epi16(high_bytes, 4), _mm512_set1_epi16((short)0x87FF));
@@ -1271,6 +1276,41 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
     /* x rounded as calibrated (as kernels.fake_quant_activation rounds it, in bf16), then times 2^64: exact */
     uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
     shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
+    if (M >= FP8_WIDE_MIN && N % 4 == 0 && K <= FP8_WIDE_MAX_K) {
+        /* Past 8 rows: each block of 4 weight rows widened once into L1, then bf16_block's dot products against all
+         * rows in passes of up to 6 (fp8_tile widens a block again for every pass of 4 rows, and its dot products
+         * shared the vector pipes with that widening: fp8 steps ran slower than bf16's from 8 sequences). The same
+         * dot products in the same order, the same tree, the same scale product: bit-identical to fp8_tile, so a
+         * row's outputs keep not depending on its batch. Whole fp8 steps of `small` at 10 / 12 / 16 sequences
+         * -22 / -20 / -28 % (2026-11-27, Zen 4, alternating in one process). At 5-8 rows, where fp8_tile widens
+         * once already, whole steps were 7-17 % slower this way: widening then computing leaves memory idle in the
+         * second phase, where fp8_tile overlaps the two. */
+        const int64_t per_pass = rows_per_pass(M, BF16_BLOCK_ROWS);
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n += 4) {
+            uint16_t tile[4 * FP8_WIDE_MAX_K] __attribute__((aligned(64)));
+            float out_scale[4];
+            for (int j = 0; j < 4; j++) {
+                const uint8_t *wrow = w + (int64_t)(n + j) * K;
+                for (int k = 0; k < K; k += 64) {
+                    prefetch_weights(wrow + k, 1, 4 * (int64_t)K);
+                    __m512bh w0, w1;
+                    fp8_pair_as_bf16(_mm512_loadu_si512((const void *)(wrow + k)), &w0, &w1);
+                    _mm512_store_si512((void *)(tile + j * K + k), (__m512i)w0);
+                    _mm512_store_si512((void *)(tile + j * K + k + 32), (__m512i)w1);
+                }
+                out_scale[j] = scale[n + j] * FP8_OUT_SHIFT;
+            }
+            for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
+                const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
+#define FP8_WIDE(R) bf16_block(xs + m0 * K, R, K, tile, y + m0 * N + n, N, out_scale, 0)
+                FOR_1_TO_6(rows, FP8_WIDE)
+#undef FP8_WIDE
+            }
+        }
+        free(xs);
+        return;
+    }
     /* weight rows per block and rows per pass: see fp8_tile */
     const int nb = M <= 4 && N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
     const int64_t per_pass = nb == 4 || M <= 8 ? M : rows_per_pass(M, 4);
