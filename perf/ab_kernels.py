@@ -63,7 +63,11 @@ def make_gemm(kernels, kind: str, n: int, k: int):
     if kind == "int4_a8":  # INT4-AWQ's decode kernel where the CPU has VNNI: activations rounded to int8 per 128
         if not getattr(kernels, "has_int4_a8", False):
             return None
-        packed, scales = kernels.pack_int4(torch.randint(-8, 8, (n, k))), torch.rand(n, k // 128) * 0.01
+        values, scales = torch.randint(-8, 8, (n, k)), torch.rand(n, k // 128) * 0.01
+        if hasattr(kernels, "pack_int4_lanes"):  # output rows in the vector lanes (2026-11-27 on)
+            packed, lanes = kernels.pack_int4_lanes(values), kernels.lane_scales(scales)
+            return lambda x: kernels.gemm_int4_a8(x, packed, lanes, 128, n)
+        packed = kernels.pack_int4(values)
         return lambda x: kernels.gemm_int4(x, packed, scales, 128, int8_activations=True)
     if kind == "fp8":
         if not hasattr(kernels, "gemm_fp8"):

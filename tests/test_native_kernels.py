@@ -215,16 +215,17 @@ def test_int4_gemm_and_its_bf16_widening_equal_the_dequantized_weights(kernels, 
 def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch(kernels, rows):
     """gemm_int4_a8: x rounded to int8 per 128 inputs (scale max |x| / 127, to nearest even), times the int4 weights
     exactly in integers, then the two scales in fp32: equal to that product in float up to fp32 summation and the
-    output's bf16 rounding; and each row's result is the same bits alone as inside a batch."""
+    output's bf16 rounding; each row's result is the same bits alone as inside a batch; and prefill widens the
+    same weights from the lanes layout."""
     import torch
 
     if not kernels.has_int4_a8:
         pytest.skip("this CPU has no AVX512-VNNI + AVX512-BF16: INT4-AWQ keeps bf16 activations")
     gen = torch.Generator().manual_seed(rows)
-    n, k = 96, 768
+    n, k = 90, 768  # not a multiple of the kernel's 16 rows per block: the last block padded
     values = torch.randint(-8, 8, (n, k), generator=gen)
     scales = torch.rand(n, k // 128, generator=gen) * 0.1
-    packed = kernels.pack_int4(values)
+    packed, lanes = kernels.pack_int4_lanes(values), kernels.lane_scales(scales)
     x = (torch.randn(rows, k, generator=gen) * 3).to(torch.bfloat16)
     x[0, :128] = 0  # an all-zero group (scale 1, all zeros)
     groups = x.float().reshape(rows, -1, 128)
@@ -232,11 +233,13 @@ def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch
     rounded = (torch.round(groups / step) * step).reshape(rows, k)
     dequantized = (values.float().reshape(n, -1, 128) * scales[:, :, None]).reshape(n, k)
     expected = rounded @ dequantized.t()
-    got = kernels.gemm_int4(x, packed, scales, 128, int8_activations=True)
-    assert got.dtype == torch.bfloat16
+    got = kernels.gemm_int4_a8(x, packed, lanes, 128, n)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
     assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
     for row in {0, rows - 1}:
-        assert torch.equal(kernels.gemm_int4(x[row:row + 1], packed, scales, 128, int8_activations=True), got[row:row + 1])
+        assert torch.equal(kernels.gemm_int4_a8(x[row:row + 1], packed, lanes, 128, n), got[row:row + 1])
+    # prefill's widened weights from the same bytes: q * scale, rounded once
+    assert torch.equal(kernels.unpack_int4_lanes(packed, lanes, 128, n), dequantized.to(torch.bfloat16))
 
 def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     """Decode-sized inputs go to the C GEMMs, prefill-sized ones to torch's (faster there, measured)."""
@@ -247,8 +250,8 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     calls = []
     has_amx = kernels.has_amx
     monkeypatch.setattr(kernels, "has_amx", False)  # the AVX-512 paths first (what a CPU without AMX runs)
-    for name in ("gemm_bf16", "gemm_int8", "gemm_int8_vnni", "quantize_int8", "gemm_int4", "unpack_int4", "gemm_fp8",
-                 "widen_fp8", "gemm_bf16_amx", "gemm_int8_amx"):
+    for name in ("gemm_bf16", "gemm_int8", "gemm_int8_vnni", "quantize_int8", "gemm_int4", "unpack_int4", "gemm_int4_a8",
+                 "unpack_int4_lanes", "gemm_fp8", "widen_fp8", "gemm_bf16_amx", "gemm_int8_amx"):
         if not hasattr(kernels, name):
             continue
         original = getattr(kernels, name)
@@ -257,7 +260,9 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     int8 = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
                                      torch.bfloat16, native=kernels)
     int4 = linear_kernels.Int4Linear(torch.randint(-8, 8, (64, 768)), torch.rand(64, 6), 128, torch.bfloat16,
-                                     native=kernels)
+                                     native=kernels, int4_activations="bf16")
+    int4_a8 = linear_kernels.Int4Linear(torch.randint(-8, 8, (64, 768)), torch.rand(64, 6), 128, torch.bfloat16,
+                                        native=kernels)  # int8 activations where the CPU has VNNI (the default)
     cases = [(int8, "gemm_int8", linear_kernels.NATIVE_INT8_ROWS, [])]
     if kernels.has_int8_vnni:  # INT8-SQ (int8 activations) on the integer kernel
         int8_sq = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
@@ -269,6 +274,8 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
         cases += [(dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS, []),
                   (int4, "gemm_int4", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4"]),
                   (fp8, "gemm_fp8", linear_kernels.NATIVE_FP8_ROWS, ["widen_fp8"])]
+        if kernels.has_int4_a8:  # its own layout (output rows in the lanes), widened from that for prefill
+            cases.append((int4_a8, "gemm_int4_a8", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4_lanes"]))
     if has_amx:  # with AMX, bf16 and INT8-SQ on its tiles at every row count, decode and prefill alike
         monkeypatch.setattr(kernels, "has_amx", True)
         amx_dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)

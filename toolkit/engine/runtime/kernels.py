@@ -249,9 +249,10 @@ class DenseLinear(Linear):
 
 
 class Int4Linear(Linear):
-    """Packed int4 (two per byte), per-group scales, zero point 0. With the fused C kernels and bf16
-    activations, in their layout (native_kernels.pack_int4): decode on their int4 GEMM, prefill chunks
-    on the weights widened to bf16 per call (twice as fast as torch's int4 kernel at 128 rows).
+    """Packed int4 (two per byte), per-group scales, zero point 0. With the fused C kernels, in their layout:
+    decode rows on their int4 GEMM (native_kernels.pack_int4 for bf16 activations; pack_int4_lanes, 16 output
+    rows side by side, for the int4 x int8 kernel), prefill chunks on the weights widened to bf16 per call
+    (twice as fast as torch's int4 kernel at 128 rows).
     Otherwise torch's CPU tile layout and `_weight_int4pack_mm_for_cpu`."""
 
     def __init__(self, values, scales, group_size: int, dtype, act_quant=None, input_scale=None, native=None,
@@ -278,12 +279,13 @@ class Int4Linear(Linear):
                 self.group_scales = scales.float().t().contiguous()  # [in / group, out]: 16 outputs' scales in a row
                 self.weight_bytes = self.packed.numel() + self.group_scales.numel() * 4
                 return
-            self.packed = native.pack_int4(values)
-            self.scales_fp32 = scales.float().contiguous()
-            self.weight_bytes = self.packed.numel() + self.scales_fp32.numel() * 4
             self.int8_activations = _int8_activations(native, act_quant, group_size, int4_activations)
-            if self.int8_activations:
+            if self.int8_activations:  # output rows in the vector lanes (gemm_int4_a8, decode_kernels.c)
                 self.weight_format += "-int8act"
+                self.packed, self.scales_fp32 = native.pack_int4_lanes(values), native.lane_scales(scales)
+            else:
+                self.packed, self.scales_fp32 = native.pack_int4(values), scales.float().contiguous()
+            self.weight_bytes = self.packed.numel() + self.scales_fp32.numel() * 4
             return
         # torch's int4pack stores unsigned nibbles q + 8 and dequantizes as (q - 8) * scale + zero.
         if values.device.type == "cpu":
@@ -306,8 +308,13 @@ class Int4Linear(Linear):
         x2 = x.reshape(-1, shape[-1])
         if self.amx:
             y = self.native.gemm_int4_amx(x2, self.packed, self.group_scales, self.group_size, self.out_features)
+        elif self.int8_activations and x2.shape[0] < WIDEN_ROWS:
+            y = self.native.gemm_int4_a8(x2, self.packed, self.scales_fp32, self.group_size, self.out_features)
+        elif self.int8_activations:
+            y = dense_gemm(x2, self.native.unpack_int4_lanes(self.packed, self.scales_fp32, self.group_size,
+                                                             self.out_features))
         elif self.native is not None and x2.shape[0] < WIDEN_ROWS:
-            y = self.native.gemm_int4(x2, self.packed, self.scales_fp32, self.group_size, self.int8_activations)
+            y = self.native.gemm_int4(x2, self.packed, self.scales_fp32, self.group_size)
         elif self.native is not None:
             y = dense_gemm(x2, self.native.unpack_int4(self.packed, self.scales_fp32, self.group_size))
         elif self.device.type == "cpu":

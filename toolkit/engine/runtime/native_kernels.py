@@ -79,11 +79,11 @@ class NativeLinear:
     """One linear as decode_step.c's linear_t sees it (kernels.py's Linear classes say theirs)."""
 
     kind: int
-    weight: object  # torch.Tensor [n, k] (int4: packed bytes [n, k / 2])
+    weight: object  # torch.Tensor [n, k] (int4: packed bytes [n, k / 2]; LIN_INT4_A8: n padded to 16)
     n: int
     k: int
     max_rows: int  # up to this many rows this C GEMM beats torch's (kernels.py); a decode step takes the least
-    scale: object = None  # fp32: per output row (int8, fp8) or [n, k / group] (int4)
+    scale: object = None  # fp32: per output row (int8, fp8) or [n, k / group] (int4; LIN_INT4_A8: lane_scales')
     weight_sums: object = None  # int32 [n] (LIN_INT8_VNNI)
     group: int = 0
     act_quant: str | None = None
@@ -200,7 +200,8 @@ class NativeKernels:
         self.has_int4_a8 = bool(library.gemm_int4_a8_available())
         if self.has_int4_a8:
             library.gemm_int4_a8.argtypes = library.gemm_int4.argtypes
-            library.gemm_int4_a8.restype = None
+            library.unpack_int4_lanes.argtypes = library.unpack_int4.argtypes
+            library.gemm_int4_a8.restype = library.unpack_int4_lanes.restype = None
         if self.has_int8_vnni:
             library.gemm_int8_vnni.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int,
                                                c.c_void_p, c.c_int, c.c_float]
@@ -468,17 +469,61 @@ class NativeKernels:
         nibbles = (values.to(torch.int16) + 8).to(torch.uint8).reshape(n, k // 64, 2, 32)
         return (nibbles[:, :, 0, :] | (nibbles[:, :, 1, :] << 4)).reshape(n, k // 2).contiguous()
 
-    def gemm_int4(self, x, packed, scales, group_size: int, int8_activations: bool = False):
-        """x bf16 [M, K]; packed: pack_int4's bytes [N, K/2]; scales fp32 [N, K/group_size]. int8_activations (where
-        has_int4_a8, group_size a multiple of 128): x rounded to int8 per 128 of K and multiplied on VNNI."""
+    def gemm_int4(self, x, packed, scales, group_size: int):
+        """x bf16 [M, K]; packed: pack_int4's bytes [N, K/2]; scales fp32 [N, K/group_size] → bf16 [M, N]."""
         import torch
 
         x = x.contiguous()
         n, k = packed.shape[0], packed.shape[1] * 2
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
-        gemm = self._lib.gemm_int4_a8 if int8_activations else self._lib.gemm_int4
-        gemm(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scales.data_ptr(), group_size, n, y.data_ptr())
+        self._lib.gemm_int4(x.data_ptr(), x.shape[0], k, packed.data_ptr(), scales.data_ptr(), group_size, n, y.data_ptr())
         return y
+
+    # --- int4 x int8 (where has_int4_a8: VNNI; group_size a multiple of 128) ------------------------------
+
+    @staticmethod
+    def pack_int4_lanes(values):
+        """int4 values [N, K] → gemm_int4_a8's bytes: per block of 16 rows (N padded to 16 with zeros) and 128
+        inputs, 16 vectors of 64 bytes, vector d holding in lane n bytes 4d .. 4d+3 of pack_int4's 64 for row n."""
+        import torch
+
+        n, k = values.shape
+        rows = NativeKernels.pack_int4(values)
+        pad = -n % 16
+        if pad:
+            rows = torch.cat([rows, torch.full((pad, k // 2), 0x88, dtype=torch.uint8)])  # q = 0 in both nibbles
+        blocks = rows.reshape(-1, 16, k // 128, 16, 4).permute(0, 2, 3, 1, 4)  # [block, 128s, d, lane, byte]
+        return blocks.reshape(n + pad, k // 2).contiguous()
+
+    @staticmethod
+    def lane_scales(scales):
+        """Group scales fp32 [N, groups] → [N / 16 (padded), groups, 16] flattened to [N padded, groups]: a
+        block's 16 rows' scales of one group side by side, as gemm_int4_a8 multiplies them."""
+        import torch
+
+        n, groups = scales.shape
+        padded = torch.cat([scales.float(), torch.zeros(-n % 16, groups)])
+        return padded.reshape(-1, 16, groups).permute(0, 2, 1).reshape(-1, groups).contiguous()
+
+    def gemm_int4_a8(self, x, packed, scales, group_size: int, n: int):
+        """x bf16 [M, K] rounded to int8 per 128 of K, times pack_int4_lanes' weights with lane_scales' scales,
+        on VNNI → bf16 [M, n]."""
+        import torch
+
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
+        self._lib.gemm_int4_a8(x.data_ptr(), x.shape[0], packed.shape[1] * 2, packed.data_ptr(), scales.data_ptr(),
+                               group_size, n, y.data_ptr())
+        return y
+
+    def unpack_int4_lanes(self, packed, scales, group_size: int, n: int):
+        """The bf16 weights [n, K] that pack_int4_lanes' bytes and lane_scales' scales stand for."""
+        import torch
+
+        k = packed.shape[1] * 2
+        out = torch.empty(n, k, dtype=torch.bfloat16)
+        self._lib.unpack_int4_lanes(packed.data_ptr(), scales.data_ptr(), group_size, n, k, out.data_ptr())
+        return out
 
     # --- fp8 (bf16 activations; only where has_bf16_gemm) --------------------------------------------
 

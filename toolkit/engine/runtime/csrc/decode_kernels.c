@@ -1005,28 +1005,51 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
 }
 #endif
 
+/* 32 bytes of pack_int4's layout (low nibbles k0 + i, high ones k0 + 32 + i) → 64 bf16 weights q * s, rounded once */
+static inline void unpack_64(const uint8_t *bytes, float s, uint16_t *out) {
+#if defined(__AVX512BF16__)
+    for (int i0 = 0; i0 < 32; i0 += 16) {
+        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(bytes + i0)));
+        __m512i eight = _mm512_set1_epi32(8);
+        __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(b, _mm512_set1_epi32(15)), eight));
+        __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight));
+        _mm256_storeu_si256((__m256i *)(out + i0), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(lo, _mm512_set1_ps(s))));
+        _mm256_storeu_si256((__m256i *)(out + 32 + i0), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(hi, _mm512_set1_ps(s))));
+    }
+#else
+    for (int i = 0; i < 32; i++) {
+        out[i] = f32_to_bf16((float)((bytes[i] & 15) - 8) * s);
+        out[32 + i] = f32_to_bf16((float)((bytes[i] >> 4) - 8) * s);
+    }
+#endif
+}
+
 /* ---- int4 x int8 on VNNI: INT4-AWQ's and W4A8's decode rows -----------------------------------------------
  * The bf16 int4 kernel below spends, per 64 weights and row, a widening load, two masks, two table permutes and
  * two dot products; the permutes run on two of Zen 4's four vector pipes, and the kernel topped out near 38 GB/s
- * of int4 on this 2-core machine with the weights in cache (this one: 50-55). Here the nibbles, stored as q + 8
- * (0..15), are vpdpbusd's unsigned operand as they lie: a mask for the low ones, a shift and a mask for the high
- * ones, and one instruction per 64 weights and row, against the activations rounded to int8 per 128 of k (each
- * 128's max |x| / 127: as llama.cpp rounds them against q4_0 in blocks of 32; ModelOpt's INT4-AWQ keeps them in 16
- * bits and W4A8 in fp8, so this is one more rounding (W4A8's after its fp8 one), held to a stated tolerance in
- * tests/test_model_runner.py; int4_activations: bf16 keeps the exact kernel). sum (q + 8) a = sum q a + 8 sum a:
- * each 128's integer sum starts at -8 sum a (in one lane), then leaves for fp32 times the activations' scale and
- * the weights' group scale. A row's outputs do not
- * depend on the batch (one order of summation at every row count). Whole int4 steps of `small`, the two kernels
- * alternating step by step in one process: 1-2 sequences -1..-4 % (memory-bound there), 4 / 8 / 16 -9 / -9 / -13 %
- * (2026-11-26, Zen 4).
- * x bf16 [M, K]; w, scales as gemm_int4 (its layout); group a multiple of 128 (one 64-byte load = 128 weights). */
+ * of int4 on this 2-core machine with the weights in cache. Here the nibbles, stored as q + 8 (0..15), are
+ * vpdpbusd's unsigned operand as they lie: a mask for the low ones, a shift and a mask for the high ones, against
+ * the activations rounded to int8 per 128 of k (each 128's max |x| / 127: as llama.cpp rounds them against q4_0
+ * in blocks of 32; ModelOpt's INT4-AWQ keeps them in 16 bits and W4A8 in fp8, so this is one more rounding
+ * (W4A8's after its fp8 one), held to a stated tolerance in tests/test_model_runner.py; int4_activations: bf16
+ * keeps the exact kernel). sum (q + 8) a = sum q a + 8 sum a: each 128's integer sum starts at -8 sum a.
+ *
+ * Output rows in the vector lanes (pack_int4_lanes): per block of 16 weight rows and 128 inputs, 16 vectors of
+ * 64 bytes, vector d holding in lane n the bytes 4d .. 4d+3 of pack_int4's 64 for row n. One vpdpbusd against the
+ * broadcast 4 activation bytes that pair with them then adds 4 products to each of 16 rows' sums, and a 128's sums
+ * leave for fp32 once per 16 outputs (convert, the two scales' product, an FMA), where the kernel with each row's
+ * partial sums across the lanes (before 2026-11-27) paid those three per output row and 128: 12-17 % of its time
+ * in cache at one row, and at 16 rows most of it (int4 steps slower than bf16's there). The weights of a block are
+ * read once per pass of up to 8 activation rows. The 128's sum is an integer, exact in any order, and each output's
+ * fp32 accumulation runs 128 by 128 in k order at every row count: a row's outputs do not depend on the batch.
+ * x bf16 [M, K]; w pack_int4_lanes' bytes; scales lane_scales' [N / 16][K / group][16] fp32; group a multiple of
+ * 128; N padded to 16 in w and scales, y [M, N] the N real rows. */
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #define HAVE_GEMM_INT4_A8 1
 
 /* x [K] bf16 → xq [K] int8 in the weights' nibble order (per 128 k: k 0-31 and 64-95 for the low nibbles, then
- * 32-63 and 96-127 for the high ones), xs [K / 128] their scales, x0 [K / 128][16] lanes that start each 128's
- * integer sum (lane 0: -8 times the 128's sum of xq). */
-static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, float *xs, int32_t *x0) {
+ * 32-63 and 96-127 for the high ones), xs [K / 128] their scales, x8 [K / 128] -8 times each 128's sum of xq. */
+static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, float *xs, int32_t *x8) {
     for (int c = 0; c < K; c += 128) {
         __m512 amax = _mm512_setzero_ps();
         for (int k = c; k < c + 128; k += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(x, k, BF16, 1.0f)));
@@ -1039,86 +1062,93 @@ static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, floa
             sum = _mm512_add_epi32(sum, q);
             _mm_storeu_si128((__m128i *)(xq + at), _mm512_cvtepi32_epi8(q));
         }
-        _mm512_storeu_si512((void *)(x0 + c / 8), _mm512_maskz_set1_epi32(1, -8 * _mm512_reduce_add_epi32(sum)));
+        x8[c / 128] = -8 * _mm512_reduce_add_epi32(sum);
         xs[c / 128] = s;
     }
 }
 
-/* `rows` activation rows against `nb` consecutive weight rows (constants: the rows * nb sums stay in registers) */
-INLINE void int4_a8_block(const int8_t *xq, const float *xs, const int32_t *x0, const int rows, const int nb, int K,
-                          int group, const uint8_t *w, const float *s, uint16_t *y, int64_t N) {
+/* `rows` activation rows (a constant: their sums stay in registers) against one block of 16 weight rows, of which
+ * the first `valid` are real. One or two rows split their 32 dot products per 128 over 4 chains (one chain waits
+ * on each instruction's latency). */
+INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x8, const int rows, int K, int group,
+                             const uint8_t *wb, const float *sb, uint16_t *y, int64_t N, int valid) {
     const __m512i low = _mm512_set1_epi8(15);
-    const int64_t wstride = K / 2, groups = K / group, chunks = K / 128, per_group = group / 128;
-    const int streaming = rows <= 2; /* few rows: memory-bound, prefetched into L2 (prefetch_weights) */
-    __m512 acc[8];
-    for (int i = 0; i < rows * nb; i++) acc[i] = _mm512_setzero_ps();
-    for (int64_t g = 0, c = 0; g < groups; g++) {
-        __m512 sw[4];
-        for (int j = 0; j < nb; j++) sw[j] = _mm512_set1_ps(s[j * groups + g]);
-        for (const int64_t end = c + per_group; c < end; c++) {
-            __m512i part[8];
-            for (int m = 0; m < rows; m++)
-                for (int j = 0; j < nb; j++)
-                    part[m * nb + j] = _mm512_load_si512((const void *)(x0 + (m * chunks + c) * 16));
-            for (int j = 0; j < nb; j++) {
-                const uint8_t *at = w + j * wstride + c * 64;
-                prefetch_weights(at, streaming, nb * wstride);
-                const __m512i bytes = _mm512_loadu_si512((const void *)at);
-                const __m512i lo = _mm512_and_si512(bytes, low), hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low);
-                for (int m = 0; m < rows; m++) {
-                    const int8_t *xm = xq + (int64_t)m * K + c * 128;
-                    part[m * nb + j] = _mm512_dpbusd_epi32(part[m * nb + j], lo, _mm512_loadu_si512((const void *)xm));
-                    part[m * nb + j] = _mm512_dpbusd_epi32(part[m * nb + j], hi, _mm512_loadu_si512((const void *)(xm + 64)));
-                }
-            }
+    const int64_t chunks = K / 128, per_group = group / 128;
+    const int streaming = rows <= 2, chains = rows == 1 ? 4 : rows == 2 ? 2 : 1;
+    __m512 f[8];
+    for (int m = 0; m < rows; m++) f[m] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++) {
+        const uint8_t *wc = wb + c * 1024;
+        __m512i a[8];
+        for (int m = 0; m < rows; m++)
+            for (int h = 0; h < chains; h++) a[m * chains + h] = h ? _mm512_setzero_si512() : _mm512_set1_epi32(x8[m * chunks + c]);
+        for (int d = 0; d < 16; d++) {
+            prefetch_weights(wc + d * 64, streaming, 0);
+            const __m512i v = _mm512_loadu_si512((const void *)(wc + d * 64));
+            const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+            const int h0 = (2 * d) % chains, h1 = (2 * d + 1) % chains;
             for (int m = 0; m < rows; m++) {
-                const __m512 sx = _mm512_set1_ps(xs[m * chunks + c]);
-                for (int j = 0; j < nb; j++)
-                    acc[m * nb + j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(part[m * nb + j]), sx), sw[j],
-                                                      acc[m * nb + j]);
+                const int8_t *xm = xq + (int64_t)m * K + c * 128 + 4 * d;
+                int32_t x_lo, x_hi;
+                memcpy(&x_lo, xm, 4), memcpy(&x_hi, xm + 64, 4);
+                a[m * chains + h0] = _mm512_dpbusd_epi32(a[m * chains + h0], lo, _mm512_set1_epi32(x_lo));
+                a[m * chains + h1] = _mm512_dpbusd_epi32(a[m * chains + h1], hi, _mm512_set1_epi32(x_hi));
             }
         }
+        const __m512 sw = _mm512_loadu_ps(sb + (c / per_group) * 16);
+        for (int m = 0; m < rows; m++) {
+            __m512i sum = a[m * chains];
+            for (int h = 1; h < chains; h++) sum = _mm512_add_epi32(sum, a[m * chains + h]);
+            f[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sw, _mm512_set1_ps(xs[m * chunks + c])), f[m]);
+        }
     }
+    const __mmask16 keep = valid >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << valid) - 1);
     for (int m = 0; m < rows; m++)
-        for (int j = 0; j < nb; j++) y[m * N + j] = f32_to_bf16(_mm512_reduce_add_ps(acc[m * nb + j]));
+        _mm256_mask_storeu_epi16((void *)(y + (int64_t)m * N), keep, (__m256i)_mm512_cvtneps_pbh(f[m]));
 }
 
 void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
                   uint16_t *y) {
-    const int64_t chunks = K / 128;
+    const int64_t chunks = K / 128, groups = K / group;
     int8_t *xq = malloc((size_t)(M * K));
     float *xs = malloc(sizeof(float) * M * chunks);
-    int32_t *x0 = aligned_alloc(64, sizeof(int32_t) * 16 * M * chunks);
+    int32_t *x8 = malloc(sizeof(int32_t) * M * chunks);
     #pragma omp parallel for schedule(static) if (M >= 4)
     for (int64_t m = 0; m < M; m++)
-        quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x0 + m * chunks * 16);
-    const int groups = K / group;
-    /* weight rows per block: 4 at one activation row (independent chains), else 2 against passes of up to 4 rows
-     * (each activation load feeding both), as gemm_int4 */
-    const int nb = M == 1 && N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
-    const int64_t per_pass = rows_per_pass(M, nb == 1 ? 8 : 4);
+        quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x8 + m * chunks);
+    const int64_t per_pass = rows_per_pass(M, 8), blocks = (N + 15) / 16;
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n += nb) {
-        const uint8_t *wrow = w + (int64_t)n * (K / 2);
-        const float *srow = scales + (int64_t)n * groups;
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *wb = w + b * chunks * 1024;
+        const float *sb = scales + b * groups * 16;
+        const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-            const int8_t *xm = xq + m0 * K;
-            const float *sm = xs + m0 * chunks;
-            const int32_t *zm = x0 + m0 * chunks * 16;
-            uint16_t *ym = y + m0 * N + n;
-#define A8_FOUR(R) int4_a8_block(xm, sm, zm, R, 4, K, group, wrow, srow, ym, N)
-#define A8_PAIR(R) int4_a8_block(xm, sm, zm, R, 2, K, group, wrow, srow, ym, N)
-#define A8_ONE(R) int4_a8_block(xm, sm, zm, R, 1, K, group, wrow, srow, ym, N)
-            if (nb == 4) A8_FOUR(1);
-            else if (nb == 2) { FOR_1_TO_4(rows, A8_PAIR) }
-            else { FOR_1_TO_8(rows, A8_ONE) }
-#undef A8_FOUR
-#undef A8_PAIR
-#undef A8_ONE
+#define A8_LANES(R) int4_lanes_block(xq + m0 * K, xs + m0 * chunks, x8 + m0 * chunks, R, K, group, wb, sb, \
+                                     y + m0 * N + 16 * b, N, valid)
+            FOR_1_TO_8(rows, A8_LANES)
+#undef A8_LANES
         }
     }
-    free(xq), free(xs), free(x0);
+    free(xq), free(xs), free(x8);
+}
+
+/* The bf16 weights [N, K] (q * scale, rounded once) of pack_int4_lanes' bytes and lane_scales' scales, for
+ * prefill: each row's 64 bytes per 128 inputs gathered from its lane, then widened as unpack_int4 widens them. */
+void unpack_int4_lanes(const uint8_t *w, const float *scales, int group, int N, int K, uint16_t *out) {
+    const int64_t chunks = K / 128, groups = K / group;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const int64_t block = n / 16, lane = n % 16;
+        for (int64_t c = 0; c < chunks; c++) {
+            uint8_t bytes[64];
+            const uint8_t *at = w + (block * chunks + c) * 1024 + lane * 4;
+            for (int d = 0; d < 16; d++) memcpy(bytes + 4 * d, at + d * 64, 4);
+            const float s = scales[(block * groups + c * 128 / group) * 16 + lane];
+            unpack_64(bytes, s, out + (int64_t)n * K + c * 128);
+            unpack_64(bytes + 32, s, out + (int64_t)n * K + c * 128 + 64);
+        }
+    }
 }
 #endif
 
@@ -1173,31 +1203,9 @@ void gemm_int4(const uint16_t *x, int64_t M, int K, const uint8_t *w, const floa
 void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K, uint16_t *out) {
     int groups = K / group;
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const uint8_t *wrow = w + (int64_t)n * (K / 2);
-        uint16_t *orow = out + (int64_t)n * K;
-        for (int k0 = 0; k0 < K; k0 += 64) {
-            float s = scales[(int64_t)n * groups + k0 / group];
-#if defined(__AVX512BF16__)
-            /* 16 bytes at a time: their low nibbles are weights k0 + i, their high ones k0 + 32 + i */
-            for (int i0 = 0; i0 < 32; i0 += 16) {
-                __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wrow + k0 / 2 + i0)));
-                __m512i eight = _mm512_set1_epi32(8);
-                __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(b, _mm512_set1_epi32(15)), eight));
-                __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight));
-                _mm256_storeu_si256((__m256i *)(orow + k0 + i0), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(lo, _mm512_set1_ps(s))));
-                _mm256_storeu_si256((__m256i *)(orow + k0 + 32 + i0),
-                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(hi, _mm512_set1_ps(s))));
-            }
-            continue;
-#endif
-            for (int i = 0; i < 32; i++) {
-                uint8_t b = wrow[k0 / 2 + i];
-                orow[k0 + i] = f32_to_bf16((float)((b & 15) - 8) * s);
-                orow[k0 + 32 + i] = f32_to_bf16((float)((b >> 4) - 8) * s);
-            }
-        }
-    }
+    for (int n = 0; n < N; n++)
+        for (int k0 = 0; k0 < K; k0 += 64)
+            unpack_64(w + (int64_t)n * (K / 2) + k0 / 2, scales[(int64_t)n * groups + k0 / group], out + (int64_t)n * K + k0);
 }
 
 /* ---- fp8 (FP8): ModelOpt's e4m3 weights, exact, on AVX512-BF16 dot products ------------------------------
