@@ -439,6 +439,10 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     moved = {**again, "cpus": (again["cpus"] or 1) + 1}  # the same cache read on a machine with more cores
     (tmp_path / "cpu_probe.json").write_text(json.dumps(moved))
     assert cpu_probe.cpu_probe()["cpus"] == again["cpus"]  # measured again
+    older_build = {**cpu_probe.cpu_probe(), "kernels": "other C kernels", "measured": "on an older build"}
+    (tmp_path / "cpu_probe.json").write_text(json.dumps(older_build))
+    fresh = cpu_probe.cpu_probe()  # measured again: rates of other kernels are stale
+    assert fresh["measured"] != "on an older build" and fresh["kernels"] == cpu_probe.kernels_digest()
     spec = spec_from_probe(again)
     assert spec.kind == "cpu" and spec.peak_tflops["int4"] == again["flops"]["int4"] / 1e12
     assert again["measured"] in spec.source and "spread" in spec.source

@@ -26,11 +26,13 @@ Imports nothing from the catalog (gpus.py imports this module lazily, not the ot
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import sys
 import time
+from pathlib import Path
 
 from toolkit.cache import CACHE_ROOT
 from toolkit.engine.runtime.weight_arena import gather_weights
@@ -326,6 +328,7 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "spread": spread, "rounds": rounds,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": _cpu_name(), "cpus": os.cpu_count(),
+        "kernels": kernels_digest(),
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -340,11 +343,20 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def kernels_digest() -> str:
+    """The engine's C kernels' sources, hashed: rates probed on other kernels (an upgraded toolkit) are stale."""
+    csrc = Path(__file__).resolve().parents[1] / "engine" / "runtime" / "csrc"
+    digest = hashlib.sha256()
+    for path in sorted(csrc.glob("*.c")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _still_this_machine(cached: dict) -> bool:
     """A cache measured by another probe version, CPU model or core count (a home directory shared
-    across machines, a resized VM) is measured again."""
+    across machines, a resized VM), or on other kernels, is measured again."""
     return (cached.get("version") == VERSION and cached.get("cpu") == _cpu_name()
-            and cached.get("cpus") == os.cpu_count())
+            and cached.get("cpus") == os.cpu_count() and cached.get("kernels") == kernels_digest())
 
 
 def cpu_probe(refresh: bool = False) -> dict:
