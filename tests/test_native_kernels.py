@@ -240,6 +240,9 @@ def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch
         assert torch.equal(kernels.gemm_int4_a8(x[row:row + 1], packed, lanes, 128, n), got[row:row + 1])
     # prefill's widened weights from the same bytes: q * scale, rounded once
     assert torch.equal(kernels.unpack_int4_lanes(packed, lanes, 128, n), dequantized.to(torch.bfloat16))
+    # W4A8: the fp8 rounding in the kernel's pass equals rounding first (as prefill's rows are rounded)
+    assert torch.equal(kernels.gemm_int4_a8(x, packed, lanes, 128, n, fp8_scale=0.02),
+                       kernels.gemm_int4_a8(kernels.round_activations(x, "fp8", 0.02), packed, lanes, 128, n))
 
 def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     """Decode-sized inputs go to the C GEMMs, prefill-sized ones to torch's (faster there, measured)."""

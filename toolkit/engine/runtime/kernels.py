@@ -300,15 +300,21 @@ class Int4Linear(Linear):
     def __call__(self, x):
         import torch
 
+        shape = x.shape
+        if self.int8_activations and x.reshape(-1, shape[-1]).shape[0] < WIDEN_ROWS and self.act_quant in (None, "fp8"):
+            # decode rows: W4A8's fp8 rounding in the kernel's own pass over the activations
+            fp8_scale = self.input_scale_value if self.act_quant == "fp8" else None
+            y = self.native.gemm_int4_a8(x.reshape(-1, shape[-1]), self.packed, self.scales_fp32, self.group_size,
+                                         self.out_features, fp8_scale)
+            return y.reshape(*shape[:-1], self.out_features)
         if self.act_quant is not None and self.native is not None:  # in C, as the fp8 and INT8-SQ prompt rows
             x = self.native.round_activations(x, self.act_quant, self.input_scale_value)
         else:
             x = fake_quant_activation(x, self.act_quant, self.input_scale)
-        shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if self.amx:
             y = self.native.gemm_int4_amx(x2, self.packed, self.group_scales, self.group_size, self.out_features)
-        elif self.int8_activations and x2.shape[0] < WIDEN_ROWS:
+        elif self.int8_activations and x2.shape[0] < WIDEN_ROWS:  # int8-rounded activations (not W4A8's fp8)
             y = self.native.gemm_int4_a8(x2, self.packed, self.scales_fp32, self.group_size, self.out_features)
         elif self.int8_activations:
             y = dense_gemm(x2, self.native.unpack_int4_lanes(self.packed, self.scales_fp32, self.group_size,

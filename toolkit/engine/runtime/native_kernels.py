@@ -199,7 +199,7 @@ class NativeKernels:
         library.gemm_int4_a8_available.restype = c.c_int
         self.has_int4_a8 = bool(library.gemm_int4_a8_available())
         if self.has_int4_a8:
-            library.gemm_int4_a8.argtypes = library.gemm_int4.argtypes
+            library.gemm_int4_a8.argtypes = [*library.gemm_int4.argtypes, c.c_float]
             library.unpack_int4_lanes.argtypes = library.unpack_int4.argtypes
             library.gemm_int4_a8.restype = library.unpack_int4_lanes.restype = None
         if self.has_int8_vnni:
@@ -505,15 +505,15 @@ class NativeKernels:
         padded = torch.cat([scales.float(), torch.zeros(-n % 16, groups)])
         return padded.reshape(-1, 16, groups).permute(0, 2, 1).reshape(-1, groups).contiguous()
 
-    def gemm_int4_a8(self, x, packed, scales, group_size: int, n: int):
-        """x bf16 [M, K] rounded to int8 per 128 of K, times pack_int4_lanes' weights with lane_scales' scales,
-        on VNNI → bf16 [M, n]."""
+    def gemm_int4_a8(self, x, packed, scales, group_size: int, n: int, fp8_scale: float | None = None):
+        """x bf16 [M, K] (first rounded to fp8 at fp8_scale where given: W4A8) rounded to int8 per 128 of K, times
+        pack_int4_lanes' weights with lane_scales' scales, on VNNI → bf16 [M, n]."""
         import torch
 
         x = x.contiguous()
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
         self._lib.gemm_int4_a8(x.data_ptr(), x.shape[0], packed.shape[1] * 2, packed.data_ptr(), scales.data_ptr(),
-                               group_size, n, y.data_ptr())
+                               group_size, n, y.data_ptr(), fp8_scale or 0.0)
         return y
 
     def unpack_int4_lanes(self, packed, scales, group_size: int, n: int):

@@ -675,6 +675,19 @@ static inline float round_e4m3(float v) {
     return copysignf(nearbyintf(a / step) * step, v);
 }
 
+#ifdef __AVX512F__
+/* v / s clamped to fp8's range and rounded to its nearest e4m3 value, 16 at a time (the scalar frexpf/ldexpf path
+ * cost ~20 ns per element, most of an fp8 decode GEMM's activation work): step 2^(max(floor(log2 |q|), -6) - 3),
+ * q / step rounded to even, times step. */
+static inline __m512 fp8_steps16(__m512 v, __m512 s) {
+    const __m512 q = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v, s), _mm512_set1_ps(-448.0f)), _mm512_set1_ps(448.0f));
+    const __m512 lead = _mm512_max_ps(_mm512_getexp_ps(q), _mm512_set1_ps(-6.0f));
+    const __m512 shift = _mm512_sub_ps(_mm512_set1_ps(3.0f), lead);
+    return _mm512_scalef_ps(_mm512_roundscale_ps(_mm512_scalef_ps(q, shift), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                            _mm512_sub_ps(_mm512_setzero_ps(), shift));
+}
+#endif
+
 /* Activations widened to fp32, and rounded first as ModelOpt calibrated them (static per-tensor scale):
  * act_quant 0 none, 1 int8 (SmoothQuant), 2 fp8_e4m3 — what fake_quant_activation does in torch. */
 static float *widen_activations(const void *x, int64_t M, int K, int kind, int act_quant, float input_scale) {
@@ -690,18 +703,9 @@ static float *widen_activations(const void *x, int64_t M, int K, int kind, int a
         else if (act_quant == 2) {
             int k = 0;
 #ifdef __AVX512F__
-            /* 16 at a time (the scalar frexpf/ldexpf path cost ~20 ns per element, most of an fp8 decode GEMM's
-             * activation work): step 2^(max(floor(log2 |q|), -6) - 3), q / step rounded to even, times step */
-            const __m512 s = _mm512_set1_ps(input_scale), top = _mm512_set1_ps(448.0f), bottom = _mm512_set1_ps(-448.0f);
-            for (; k + 16 <= K; k += 16) {
-                __m512 q = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(row + k), s), bottom), top);
-                __m512 lead = _mm512_max_ps(_mm512_getexp_ps(q), _mm512_set1_ps(-6.0f));
-                __m512 shift = _mm512_sub_ps(_mm512_set1_ps(3.0f), lead);
-                __m512 r = _mm512_scalef_ps(_mm512_roundscale_ps(_mm512_scalef_ps(q, shift),
-                                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                                            _mm512_sub_ps(_mm512_setzero_ps(), shift));
-                _mm512_storeu_ps(row + k, round_to16(_mm512_mul_ps(r, s), kind));
-            }
+            const __m512 s = _mm512_set1_ps(input_scale);
+            for (; k + 16 <= K; k += 16)
+                _mm512_storeu_ps(row + k, round_to16(_mm512_mul_ps(fp8_steps16(_mm512_loadu_ps(row + k), s), s), kind));
 #endif
             for (; k < K; k++) {
                 float q = row[k] / input_scale;
@@ -741,17 +745,10 @@ static void shifted_activations(const uint16_t *x, int64_t M, int K, int act_qua
 #if defined(__AVX512BF16__)
         if (act_quant == 2) {
             const __m512 s = _mm512_set1_ps(input_scale), out_scale = _mm512_set1_ps(input_scale * shift);
-            const __m512 top = _mm512_set1_ps(448.0f), bottom = _mm512_set1_ps(-448.0f);
             for (; k + 16 <= K; k += 16) {
                 const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(
                     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + k))), 16));
-                __m512 q = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v, s), bottom), top);
-                __m512 lead = _mm512_max_ps(_mm512_getexp_ps(q), _mm512_set1_ps(-6.0f));
-                __m512 step = _mm512_sub_ps(_mm512_set1_ps(3.0f), lead);
-                __m512 r = _mm512_scalef_ps(_mm512_roundscale_ps(_mm512_scalef_ps(q, step),
-                                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                                            _mm512_sub_ps(_mm512_setzero_ps(), step));
-                _mm256_storeu_si256((__m256i *)(out + k), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(r, out_scale)));
+                _mm256_storeu_si256((__m256i *)(out + k), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(fp8_steps16(v, s), out_scale)));
             }
         }
 #endif
@@ -1042,23 +1039,31 @@ static inline void unpack_64(const uint8_t *bytes, float s, uint16_t *out) {
  * in cache at one row, and at 16 rows most of it (int4 steps slower than bf16's there). The weights of a block are
  * read once per pass of up to 8 activation rows. The 128's sum is an integer, exact in any order, and each output's
  * fp32 accumulation runs 128 by 128 in k order at every row count: a row's outputs do not depend on the batch.
- * x bf16 [M, K]; w pack_int4_lanes' bytes; scales lane_scales' [N / 16][K / group][16] fp32; group a multiple of
- * 128; N padded to 16 in w and scales, y [M, N] the N real rows. */
+ * x bf16 [M, K] (fp8_scale > 0: rounded to fp8 at that scale first, W4A8); w pack_int4_lanes' bytes; scales
+ * lane_scales' [N / 16][K / group][16] fp32; group a multiple of 128; N padded to 16 in w and scales, y [M, N]
+ * the N real rows. */
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #define HAVE_GEMM_INT4_A8 1
 
 /* x [K] bf16 → xq [K] int8 in the weights' nibble order (per 128 k: k 0-31 and 64-95 for the low nibbles, then
- * 32-63 and 96-127 for the high ones), xs [K / 128] their scales, x8 [K / 128] -8 times each 128's sum of xq. */
-static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, float *xs, int32_t *x8) {
+ * 32-63 and 96-127 for the high ones), xs [K / 128] their scales, x8 [K / 128] -8 times each 128's sum of xq.
+ * fp8_scale > 0 (W4A8): x first rounded to fp8 at that scale, in bf16, as widen_activations rounds it, in the same
+ * pass (a step's separate rounding, one thread over all rows, cost W4A8 0.05 ms per sequence over INT4-AWQ). */
+static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, float *xs, int32_t *x8, float fp8_scale) {
+    const __m512 fs = _mm512_set1_ps(fp8_scale);
     for (int c = 0; c < K; c += 128) {
-        __m512 amax = _mm512_setzero_ps();
-        for (int k = c; k < c + 128; k += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(x, k, BF16, 1.0f)));
+        __m512 v[8], amax = _mm512_setzero_ps();
+        for (int part = 0; part < 8; part++) {
+            v[part] = load16(x, c + 16 * part, BF16, 1.0f);
+            if (fp8_scale > 0.0f) v[part] = round_to16(_mm512_mul_ps(fp8_steps16(v[part], fs), fs), BF16);
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(v[part]));
+        }
         const float m = _mm512_reduce_max_ps(amax), s = m > 0.0f ? m / 127.0f : 1.0f;
         const __m512 inv = _mm512_set1_ps(1.0f / s);
         __m512i sum = _mm512_setzero_si512();
         for (int part = 0; part < 8; part++) { /* k = c + 16 part: the 32-wide quarter part / 2 of the 128 */
             const int quarter = part / 2, at = c + (quarter % 2) * 64 + (quarter / 2) * 32 + (part % 2) * 16;
-            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load16(x, c + 16 * part, BF16, 1.0f), inv));
+            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[part], inv));
             sum = _mm512_add_epi32(sum, q);
             _mm_storeu_si128((__m128i *)(xq + at), _mm512_cvtepi32_epi8(q));
         }
@@ -1108,14 +1113,14 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
 }
 
 void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
-                  uint16_t *y) {
+                  uint16_t *y, float fp8_scale) {
     const int64_t chunks = K / 128, groups = K / group;
     int8_t *xq = malloc((size_t)(M * K));
     float *xs = malloc(sizeof(float) * M * chunks);
     int32_t *x8 = malloc(sizeof(int32_t) * M * chunks);
     #pragma omp parallel for schedule(static) if (M >= 4)
     for (int64_t m = 0; m < M; m++)
-        quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x8 + m * chunks);
+        quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x8 + m * chunks, fp8_scale);
     const int64_t per_pass = rows_per_pass(M, 8), blocks = (N + 15) / 16;
     #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; b++) {

@@ -101,7 +101,8 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
     case LIN_INT4:
     case LIN_INT4_AMX:
     case LIN_INT4_A8:
-        if (l->act_quant) { /* W4A8: activations rounded to fp8 first, as kernels.Int4Linear does in torch */
+        if (l->act_quant && !(l->kind == LIN_INT4_A8 && l->act_quant == 2)) {
+            /* W4A8: activations rounded to fp8 first, as kernels.Int4Linear does in torch (gemm_int4_a8 in its pass) */
             float *rounded = widen_activations(x, M, l->k, act, l->act_quant, l->input_scale);
             for (int64_t m = 0; m < M; m++) store_row(x, m * l->k, rounded + m * l->k, l->k, act);
             free(rounded);
@@ -116,7 +117,7 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
 #if defined(HAVE_GEMM_INT4_A8)
         if (l->kind == LIN_INT4_A8) {
             gemm_int4_a8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n,
-                         (uint16_t *)y);
+                         (uint16_t *)y, l->act_quant == 2 ? l->input_scale : 0.0f);
             break;
         }
 #endif
