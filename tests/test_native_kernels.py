@@ -425,7 +425,8 @@ def test_residual_add_into_rms_norm_and_swiglu_round_as_the_torch_ops(kernels, d
 @pytest.mark.parametrize("in_features", [768, 200])
 def test_int8_sq_gemm_on_vnni_is_exact_in_integers(kernels, rows, in_features):
     """INT8-SQ on VNNI: x rounded to int8 at input_scale (ties to even, clamped to [-128, 127]) times the int8
-    weights summed exactly in integers, then scaled: equal to that integer reference up to the final rounding."""
+    weights summed exactly in integers, then scaled: equal to that integer reference up to the final rounding, and
+    each row's output the same bits whatever rows come with it."""
     import torch
 
     if not kernels.has_int8_vnni:
@@ -444,6 +445,9 @@ def test_int8_sq_gemm_on_vnni_is_exact_in_integers(kernels, rows, in_features):
         assert got.dtype == act
         rel = 1e-6 if act == torch.float32 else 2 ** -8
         assert ((got.double() - exact).abs() <= rel * exact.abs() + 1e-6).all()
+        # from 8 rows in blocks of 4 weight rows: the same integer sums, so the same bits as a row alone
+        assert torch.equal(kernels.gemm_int8_vnni(xa[-1:], w, scale, w.sum(dim=1, dtype=torch.int32), input_scale)[0],
+                           got[-1])
 
 
 @pytest.mark.parametrize("amx", [False, True])
