@@ -79,6 +79,9 @@ def make_gemm(kernels, kind: str, n: int, k: int):
             return None
         w = torch.randint(-127, 128, (n, k), dtype=torch.int8)
         scales, sums = torch.rand(n) * 0.01, w.sum(dim=1, dtype=torch.int32)
+        if hasattr(kernels, "pack_int8_lanes"):  # output rows in the vector lanes (2026-11-27 on)
+            lanes = kernels.pack_int8_lanes(w, scales)
+            return lambda x: kernels.gemm_int8_vnni(x, lanes, 0.02)
         return lambda x: kernels.gemm_int8_vnni(x, w, scales, sums, 0.02)
     raise SystemExit(f"unknown kind {kind!r}: bf16, int4, int4_a8, fp8 or int8_sq")
 

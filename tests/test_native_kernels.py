@@ -270,7 +270,8 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     if kernels.has_int8_vnni:  # INT8-SQ (int8 activations) on the integer kernel
         int8_sq = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
                                             torch.bfloat16, "int8", torch.tensor(0.02), native=kernels)
-        cases.append((int8_sq, "gemm_int8_vnni", linear_kernels.NATIVE_INT8_VNNI_ROWS, ["quantize_int8"]))
+        # prompt chunks on the same kernel (its layout is the only copy of the weights)
+        cases.append((int8_sq, "gemm_int8_vnni", linear_kernels.NATIVE_INT8_VNNI_ROWS, ["gemm_int8_vnni"]))
     if kernels.has_bf16_gemm:  # int4 in the fused layout, prefill widened to bf16 for the dense GEMM
         fp8 = linear_kernels.Fp8Linear(torch.randn(64, 768).to(torch.float8_e4m3fn), torch.rand(64), torch.bfloat16,
                                        "fp8", torch.tensor(0.01), native=kernels)
@@ -375,7 +376,7 @@ def test_int8_sq_on_amx_equals_the_vnni_kernel_bit_for_bit(kernels, in_features)
         for rows in (1, 3, 16, 17, 40):
             x = (torch.randn(rows, in_features, generator=gen) * 2).to(dtype)
             x[0, :2] = torch.tensor([1e4, -1e4])
-            vnni = kernels.gemm_int8_vnni(x, w, scale, w.sum(dim=1, dtype=torch.int32), 0.02)
+            vnni = kernels.gemm_int8_vnni(x, kernels.pack_int8_lanes(w, scale), 0.02)
             assert torch.equal(kernels.gemm_int8_amx(x, packed, scale, 96, 0.02), vnni)
 
 
@@ -421,7 +422,7 @@ def test_residual_add_into_rms_norm_and_swiglu_round_as_the_torch_ops(kernels, d
     assert (kernels.silu_mul(gate_up).float() - (F.silu(gate) * up).float()).abs().max().item() < tolerance
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 13])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 13, 40])
 @pytest.mark.parametrize("in_features", [768, 200])
 def test_int8_sq_gemm_on_vnni_is_exact_in_integers(kernels, rows, in_features):
     """INT8-SQ on VNNI: x rounded to int8 at input_scale (ties to even, clamped to [-128, 127]) times the int8
@@ -435,19 +436,18 @@ def test_int8_sq_gemm_on_vnni_is_exact_in_integers(kernels, rows, in_features):
     input_scale = 0.02
     x = torch.randn(rows, in_features, generator=gen) * 1.5
     x[0, :6] = torch.tensor([1e4, -1e4, 0.5 * input_scale, 1.5 * input_scale, -2.5 * input_scale, 0.0])
-    w = torch.randint(-127, 128, (300, in_features), generator=gen, dtype=torch.int8)
-    scale = torch.rand(300, generator=gen) * 0.01
+    w = torch.randint(-127, 128, (282, in_features), generator=gen, dtype=torch.int8)  # the last 16-row block padded
+    scale = torch.rand(282, generator=gen) * 0.01
     for act in (torch.float32, torch.bfloat16):
         xa = x.to(act)
         q = torch.round(xa.float() / input_scale).clamp(-128, 127).to(torch.int64)  # round() ties to even
         exact = (q @ w.to(torch.int64).t()).double() * input_scale * scale.double()[None, :]
-        got = kernels.gemm_int8_vnni(xa, w, scale, w.sum(dim=1, dtype=torch.int32), input_scale)
+        lanes = kernels.pack_int8_lanes(w, scale)
+        got = kernels.gemm_int8_vnni(xa, lanes, input_scale)
         assert got.dtype == act
         rel = 1e-6 if act == torch.float32 else 2 ** -8
         assert ((got.double() - exact).abs() <= rel * exact.abs() + 1e-6).all()
-        # from 8 rows in blocks of 4 weight rows: the same integer sums, so the same bits as a row alone
-        assert torch.equal(kernels.gemm_int8_vnni(xa[-1:], w, scale, w.sum(dim=1, dtype=torch.int32), input_scale)[0],
-                           got[-1])
+        assert torch.equal(kernels.gemm_int8_vnni(xa[-1:], lanes, input_scale)[0], got[-1])  # integer sums
 
 
 @pytest.mark.parametrize("amx", [False, True])

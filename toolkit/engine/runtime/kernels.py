@@ -375,9 +375,12 @@ class Int8Linear(Linear):
         # INT8-SQ in integers: on AMX tiles (the weights kept only in tiles), else VNNI (see decode_kernels.c)
         self.amx = act_quant == "int8" and native is not None and native.has_int8_vnni and _amx_ready(native, values, "int8")
         self.packed = native.pack_amx(values, "int8") if self.amx else None
-        self.weight = None if self.amx else values.contiguous()
         self.vnni = native is not None and native.has_int8_vnni and act_quant == "int8" and not self.amx
-        self.weight_sums = values.sum(dim=1, dtype=torch.int32).contiguous() if self.vnni else None
+        self.weight = None if self.amx or self.vnni else values.contiguous()
+        if self.vnni:  # in its own layout only (16 output rows side by side), decode rows and prompt chunks alike;
+            # kept as tensor attributes, which the weight arena moves onto 2 MiB pages (a step streams them all)
+            lanes = native.pack_int8_lanes(values, scales)
+            self.packed, self.scales_fp32, self.weight_sums = lanes.weight, lanes.scale, lanes.sums
         self.act_quant, self.input_scale = act_quant, input_scale
         self.weight_format = "int8" + ("-a8" if act_quant else "")
         self.int8pack = int8pack_mm_available(values.device.type)  # the torch path's few-row GEMM (else widened)
@@ -396,16 +399,9 @@ class Int8Linear(Linear):
         if self.amx:
             y = self.native.gemm_int8_amx(x2, self.packed, self.scales_fp32, self.out_features, self.input_scale_value)
             return y.reshape(*shape[:-1], self.out_features)
-        if self.vnni and x2.shape[0] <= NATIVE_INT8_VNNI_ROWS:
-            y = self.native.gemm_int8_vnni(x2, self.weight, self.scales_fp32, self.weight_sums, self.input_scale_value)
-            return y.reshape(*shape[:-1], self.weight.shape[0])
-        if self.vnni:
-            # More rows than the decode kernel takes (prompt chunks, mixed steps): the same integers on an int8 x
-            # int8 GEMM (oneDNN's, VNNI/AMX), scaled in the decode kernel's order, so a row's output does not
-            # depend on which path ran it; 5-7x the widened bf16 GEMM here (perf/README).
-            acc = torch._int_mm(self.native.quantize_int8(x2, self.input_scale_value), self.weight.t())
-            y = acc.float().mul_(self.input_scale_value).mul_(self.scales_fp32).to(x2.dtype)
-            return y.reshape(*shape[:-1], self.weight.shape[0])
+        if self.vnni:  # decode rows and prompt chunks on the one kernel: a row's output whatever came with it
+            y = self.native.gemm_int8_vnni(x2, self.lanes(), self.input_scale_value)
+            return y.reshape(*shape[:-1], self.out_features)
         if self.native is not None and x2.shape[0] <= NATIVE_INT8_ROWS:  # activation rounding fused in
             y = self.native.gemm_int8(x2, self.weight, self.scales_fp32, self.act_quant, self.input_scale_value)
             return y.reshape(*shape[:-1], self.weight.shape[0])
@@ -423,6 +419,11 @@ class Int8Linear(Linear):
             y = torch._weight_int8pack_mm(x2, self.weight, self.scales)
         return y.reshape(*shape[:-1], self.weight.shape[0])
 
+    def lanes(self):
+        from toolkit.engine.runtime.native_kernels import Int8Lanes
+
+        return Int8Lanes(self.packed, self.scales_fp32, self.weight_sums, self.out_features, self.in_features)
+
     def native_linear(self):
         from toolkit.engine.runtime.native_kernels import LIN_INT8, LIN_INT8_AMX, LIN_INT8_VNNI, NativeLinear
 
@@ -432,8 +433,9 @@ class Int8Linear(Linear):
             return NativeLinear(LIN_INT8_AMX, self.packed, self.out_features, self.in_features, AMX_ROWS,
                                 self.scales_fp32, act_quant=self.act_quant, input_scale=self.input_scale_value)
         if self.vnni:
-            return NativeLinear(LIN_INT8_VNNI, self.weight, *self.weight.shape, NATIVE_INT8_VNNI_ROWS, self.scales_fp32,
-                                self.weight_sums, act_quant=self.act_quant, input_scale=self.input_scale_value)
+            return NativeLinear(LIN_INT8_VNNI, self.packed, self.out_features, self.in_features,
+                                NATIVE_INT8_VNNI_ROWS, self.scales_fp32, self.weight_sums, act_quant=self.act_quant,
+                                input_scale=self.input_scale_value)
         return NativeLinear(LIN_INT8, self.weight, *self.weight.shape, NATIVE_INT8_ROWS, self.scales_fp32,
                             act_quant=self.act_quant, input_scale=self.input_scale_value)
 

@@ -90,6 +90,17 @@ class NativeLinear:
     input_scale: float = 1.0
 
 
+@dataclass(frozen=True)
+class Int8Lanes:
+    """INT8-SQ's weights as gemm_int8_vnni reads them (NativeKernels.pack_int8_lanes): 16 output rows side by side,
+    rows padded to 16 and inputs to 64 with zeros, the row scales and the rows' weight sums padded alike."""
+    weight: object  # int8 [n padded to 16, k padded to 64], in blocks of 16 rows: vector d = 4 inputs of each row
+    scale: object  # fp32 [n padded]
+    sums: object  # int32 [n padded]
+    n: int
+    k: int
+
+
 @dataclass
 class NativeLayer:
     qkv: NativeLinear
@@ -331,16 +342,31 @@ class NativeKernels:
         self._lib.widen_int8(weight.data_ptr(), scale.data_ptr(), weight.shape[0], weight.shape[1], out.data_ptr())
         return out
 
-    def gemm_int8_vnni(self, x, weight, scale, weight_sums, input_scale: float):
-        """INT8-SQ exactly in integers (only where has_int8_vnni): x rounded to int8 at input_scale, weight int8
-        [N, K], scale fp32 [N], weight_sums int32 [N] (each row's sum) → [M, N] in x's dtype."""
+    @staticmethod
+    def pack_int8_lanes(values, scale) -> Int8Lanes:
+        """int8 weights [N, K] and fp32 row scales [N] → gemm_int8_vnni's layout (Int8Lanes)."""
+        import torch
+
+        n, k = values.shape
+        rows, kpad = n + (-n % 16), k + (-k % 64)
+        padded = torch.zeros(rows, kpad, dtype=torch.int8)
+        padded[:n, :k] = values
+        blocks = padded.reshape(rows // 16, 16, kpad // 4, 4).permute(0, 2, 1, 3)  # [block, d, lane, 4 inputs]
+        sums = torch.zeros(rows, dtype=torch.int32)
+        sums[:n] = values.sum(dim=1, dtype=torch.int32)
+        scales = torch.zeros(rows, dtype=torch.float32)
+        scales[:n] = scale.float()
+        return Int8Lanes(blocks.reshape(rows, kpad).contiguous(), scales, sums, n, k)
+
+    def gemm_int8_vnni(self, x, lanes: Int8Lanes, input_scale: float):
+        """INT8-SQ exactly in integers (only where has_int8_vnni): x [M, K] rounded to int8 at input_scale, times
+        pack_int8_lanes' weights, scaled per row → [M, N] in x's dtype. Any M: prompt chunks too."""
         import torch
 
         x = x.contiguous()
-        n, k = weight.shape
-        y = torch.empty(x.shape[0], n, dtype=x.dtype)
-        self._lib.gemm_int8_vnni(x.data_ptr(), x.shape[0], k, weight.data_ptr(), scale.data_ptr(), weight_sums.data_ptr(),
-                                 n, y.data_ptr(), ACTIVATION_KINDS[str(x.dtype)], input_scale)
+        y = torch.empty(x.shape[0], lanes.n, dtype=x.dtype)
+        self._lib.gemm_int8_vnni(x.data_ptr(), x.shape[0], lanes.k, lanes.weight.data_ptr(), lanes.scale.data_ptr(),
+                                 lanes.sums.data_ptr(), lanes.n, y.data_ptr(), ACTIVATION_KINDS[str(x.dtype)], input_scale)
         return y
 
     def quantize_int8(self, x, input_scale: float):

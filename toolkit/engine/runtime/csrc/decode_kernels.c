@@ -1425,43 +1425,75 @@ void quantize_int8(const void *x, int64_t M, int K, int kind, float input_scale,
     quantize_rows(x, M, K, K, kind, input_scale, 0, (uint8_t *)out);
 }
 
-INLINE void vnni_block(const uint8_t *xq, const int rows, int K, int kpad, const int8_t *wrow, float scale,
-                       int32_t weight_sum, float input_scale, void *y, int64_t N, int kind) {
-    __m512i acc[TILE_M];
-    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_si512();
-    for (int k = 0; k < K; k += 64) {
-        /* past K the weights load as zeros (the padded activations may be anything times zero) */
-        const __mmask64 live = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
-        prefetch_weights(wrow + k, 1, K);
-        __m512i wv = _mm512_maskz_loadu_epi8(live, (const void *)(wrow + k));
-        for (int m = 0; m < rows; m++)
-            acc[m] = _mm512_dpbusd_epi32(acc[m], _mm512_loadu_si512((const void *)(xq + m * kpad + k)), wv);
+/* Output rows in the vector lanes (native_kernels.pack_int8_lanes): per block of 16 weight rows, K (padded to kpad)
+ * in vectors of 64 bytes, vector d holding in lane n weights 4d .. 4d+3 of row n. One vpdpbusd against 4 broadcast
+ * activation bytes adds 4 products to 16 rows' sums, and the sums leave for fp32 16 at a time: the kernel before
+ * (2026-11-27) kept each output's partial sums across the lanes and paid a horizontal reduction per output, which at
+ * `small`'s 768 inputs was as many instructions as its dot products (steps at 16 sequences 252 GFLOP/s in the step,
+ * the int4 kernel laid out this way 666). A block's weights are read once per pass of up to 8 rows, so prompt chunks
+ * run on it too (one kernel, one layout: a row's output is the same bits in a prompt chunk or a decode batch). The
+ * sums are integers, exact in any order; each output is (float)(sum - 128 sum w) * input_scale * scale, as before. */
+INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, int kpad, const int8_t *wb,
+                             const float *sb, const int32_t *wsum, float input_scale, void *y, int64_t N, int kind,
+                             int valid) {
+    /* nbk (1 or 2) adjacent blocks of 16 weight rows at once: each broadcast activation feeds nbk instructions */
+    const int streaming = rows <= 2, chains = rows == 1 ? 4 : rows == 2 ? 2 : 1;
+    __m512i a[16];
+    for (int i = 0; i < rows * nbk * chains; i++) a[i] = _mm512_setzero_si512();
+    for (int64_t d = 0; d < kpad / 4; d++) {
+        __m512i wv[2];
+        for (int j = 0; j < nbk; j++) {
+            prefetch_weights(wb + (int64_t)j * 16 * kpad + d * 64, streaming, 0);
+            wv[j] = _mm512_loadu_si512((const void *)(wb + (int64_t)j * 16 * kpad + d * 64));
+        }
+        const int h = (int)(d % chains);
+        for (int m = 0; m < rows; m++) {
+            int32_t xv;
+            memcpy(&xv, xq + (int64_t)m * kpad + 4 * d, 4);
+            const __m512i xb = _mm512_set1_epi32(xv);
+            for (int j = 0; j < nbk; j++)
+                a[(m * nbk + j) * chains + h] = _mm512_dpbusd_epi32(a[(m * nbk + j) * chains + h], xb, wv[j]);
+        }
     }
-    for (int m = 0; m < rows; m++) {
-        float v = (float)(_mm512_reduce_add_epi32(acc[m]) - 128 * weight_sum) * input_scale * scale;
-        if (kind == F32) ((float *)y)[m * N] = v;
-        else ((uint16_t *)y)[m * N] = f32_to_bf16(v);
+    for (int j = 0; j < nbk; j++) {
+        const __m512i offset = _mm512_mullo_epi32(_mm512_loadu_si512((const void *)(wsum + 16 * j)), _mm512_set1_epi32(128));
+        const __m512 scale = _mm512_loadu_ps(sb + 16 * j), in = _mm512_set1_ps(input_scale);
+        const int live = valid - 16 * j;
+        const __mmask16 keep = live >= 16 ? (__mmask16)0xFFFF : live <= 0 ? 0 : (__mmask16)((1u << live) - 1);
+        for (int m = 0; m < rows; m++) {
+            __m512i sum = a[(m * nbk + j) * chains];
+            for (int h = 1; h < chains; h++) sum = _mm512_add_epi32(sum, a[(m * nbk + j) * chains + h]);
+            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, offset)), in), scale);
+            if (kind == F32) _mm512_mask_storeu_ps((float *)y + (int64_t)m * N + 16 * j, keep, v);
+            else _mm256_mask_storeu_epi16((uint16_t *)y + (int64_t)m * N + 16 * j, keep, (__m256i)_mm512_cvtneps_pbh(v));
+        }
     }
 }
 
+/* w: pack_int8_lanes' bytes [N padded to 16, kpad]; scale, weight_sums: padded to 16 likewise (zeros). From 8 rows two
+ * blocks side by side (32 outputs), passes of up to 8 rows. */
 void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,
                     int N, void *y, int kind, float input_scale) {
     const int kpad = (K + 63) / 64 * 64;
     uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
     quantize_rows(x, M, K, kpad, kind, input_scale, 128, xq);
-    /* One weight row at a time, at every row count: blocks of 2-4 weight rows (as the int4 kernel uses for its
-     * longer chains) read 2-4 interleaved short streams, which the hardware prefetcher follows worse than
-     * one: 1-4 rows 54-57 us per 2048x768 with one, 54-71 with blocks (measured). */
+    const int64_t blocks = (N + 15) / 16, per_pass = rows_per_pass(M, 8);
+    const int nbk = M >= 8 && blocks % 2 == 0 ? 2 : 1;
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const int8_t *wrow = w + (int64_t)n * K;
-        for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
-            int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
-            const uint8_t *xm = xq + m0 * kpad;
-            void *ym = (char *)y + (m0 * N + n) * act_bytes(kind);
-#define VNNI_TILE(R) vnni_block(xm, R, K, kpad, wrow, scale[n], weight_sums[n], input_scale, ym, N, kind)
-            FOR_1_TO_8(rows, VNNI_TILE)
-#undef VNNI_TILE
+    for (int64_t b = 0; b < blocks; b += nbk) {
+        const int64_t valid = N - 16 * b < 16 * nbk ? N - 16 * b : 16 * nbk;
+        for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
+            const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
+            void *ym = (char *)y + (m0 * N + 16 * b) * act_bytes(kind);
+#define INT8_LANES(R) int8_lanes_block(xq + m0 * kpad, R, NBK, kpad, w + b * 16 * kpad, scale + 16 * b, \
+                                       weight_sums + 16 * b, input_scale, ym, N, kind, (int)valid)
+#define NBK 2
+            if (nbk == 2) { FOR_1_TO_8(rows, INT8_LANES) }
+#undef NBK
+#define NBK 1
+            else { FOR_1_TO_8(rows, INT8_LANES) }
+#undef NBK
+#undef INT8_LANES
         }
     }
     free(xq);
