@@ -4,11 +4,12 @@
          prefill); else the C few-row GEMM (AVX512-BF16) for decode, `F.linear` above (in fp32 where this CPU runs
          that faster: `prefill_in_fp32`)
   int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: with AMX, widened tile by tile into bf16 tiles,
-         group scales applied to each group's sums, at every row count; else the C GEMM up to 31 rows, prefill
-         widened to bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
+         group scales applied to each group's sums, at every row count; else the C GEMM up to 31 rows (with VNNI
+         int4 x int8, 16 output rows side by side), prefill widened to bf16; without the C kernels
+         `torch._weight_int4pack_mm_for_cpu`
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on AMX tiles at every row count where
-         the CPU has them, else on VNNI for decode and `torch._int_mm` above (all exact in integers: the same
-         output on every path); the C widening GEMM where the CPU lacks VNNI;
+         the CPU has them, else on VNNI at every row count, 16 output rows side by side (all exact in integers:
+         the same output on every path); the C widening GEMM where the CPU lacks VNNI;
          `torch._weight_int8pack_mm` / widened above
   fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; with AMX, widened tile by tile
          into bf16 tiles at every row count; else on the CPU (whose fp8
