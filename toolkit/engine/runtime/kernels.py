@@ -302,9 +302,11 @@ class Int4Linear(Linear):
         import torch
 
         shape = x.shape
-        if self.int8_activations and x.reshape(-1, shape[-1]).shape[0] < WIDEN_ROWS and self.act_quant in (None, "fp8"):
-            # decode rows: W4A8's fp8 rounding in the kernel's own pass over the activations
+        if self.int8_activations and x.reshape(-1, shape[-1]).shape[0] < WIDEN_ROWS:
+            # decode rows on the int4 x int8 kernel, W4A8's fp8 rounding inside its own pass over them
             fp8_scale = self.input_scale_value if self.act_quant == "fp8" else None
+            if self.act_quant not in (None, "fp8"):
+                x = self.native.round_activations(x, self.act_quant, self.input_scale_value)
             y = self.native.gemm_int4_a8(x.reshape(-1, shape[-1]), self.packed, self.scales_fp32, self.group_size,
                                          self.out_features, fp8_scale)
             return y.reshape(*shape[:-1], self.out_features)
@@ -315,9 +317,7 @@ class Int4Linear(Linear):
         x2 = x.reshape(-1, shape[-1])
         if self.amx:
             y = self.native.gemm_int4_amx(x2, self.packed, self.group_scales, self.group_size, self.out_features)
-        elif self.int8_activations and x2.shape[0] < WIDEN_ROWS:  # int8-rounded activations (not W4A8's fp8)
-            y = self.native.gemm_int4_a8(x2, self.packed, self.scales_fp32, self.group_size, self.out_features)
-        elif self.int8_activations:
+        elif self.int8_activations:  # prompt chunks: widened from the lanes layout
             y = dense_gemm(x2, self.native.unpack_int4_lanes(self.packed, self.scales_fp32, self.group_size,
                                                              self.out_features))
         elif self.native is not None and x2.shape[0] < WIDEN_ROWS:
