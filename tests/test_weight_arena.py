@@ -89,3 +89,25 @@ def test_huge_page_bytes_are_read_from_smaps_within_the_range():
     else:
         assert 0 <= got <= buffer.numel()
         assert _huge_page_bytes(0, 4096) == 0  # nothing is mapped at address 0
+
+
+def test_the_kv_cache_lies_in_one_buffer_on_2mib_pages_zeroed_each_tensor_on_its_own_pages():
+    """Every layer's K and V as views of one 2 MiB-aligned buffer (scattered blocks cost a TLB miss per jump on
+    4 KiB pages), zeroed, each tensor starting on its own page; writes land where reads find them."""
+    import torch
+
+    from toolkit.engine.runtime.kv_cache import PagedKVCache
+
+    cache = PagedKVCache(num_layers=3, num_blocks=5, block_size=4, num_kv_heads=2, head_dim=24,
+                         compute_dtype=torch.bfloat16, kv_cache_dtype="fp8")
+    tensors = cache.k + cache.v
+    base = tensors[0].untyped_storage().data_ptr()
+    assert all(t.untyped_storage().data_ptr() == base for t in tensors)  # one buffer
+    assert tensors[0].data_ptr() % HUGE_PAGE == 0 and all(t.data_ptr() % 4096 == 0 for t in tensors)
+    assert len({t.data_ptr() for t in tensors}) == 6 and all(t.dtype == torch.float8_e4m3fn for t in tensors)
+    assert all(t.shape == (20, 2, 24) and not t.float().any() for t in tensors)
+    k = torch.randn(2, 2, 24).to(torch.bfloat16)
+    cache.write(1, torch.tensor([3, 17]), k, -k)
+    got_k, got_v = cache.read(1, torch.tensor([3, 17]))
+    assert torch.allclose(got_k.float(), k.float(), rtol=0.07, atol=0.05) and torch.equal(got_v, -got_k)
+    assert not cache.k[0].float().any() and not cache.k[2].float().any()  # the other layers untouched

@@ -88,6 +88,18 @@ def _key(tensor) -> tuple:
     return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape)
 
 
+def huge_page_buffer(nbytes: int):
+    """(buffer, start, advised): an untouched torch.uint8 buffer whose bytes from `start` (2 MiB-aligned, nbytes
+    rounded up to 2 MiB) are advised MADV_HUGEPAGE. torch.empty leaves the pages untouched, so the advice comes
+    before the first write faults them in."""
+    import torch
+
+    span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    buffer = torch.empty(span + HUGE_PAGE, dtype=torch.uint8)
+    start = (-buffer.data_ptr()) % HUGE_PAGE
+    return buffer, start, _advise_huge_pages(buffer.data_ptr() + start, span)
+
+
 def gather_weights(holders) -> WeightArena | None:
     """Moves every CPU tensor attribute of `holders` (the linears) of at least MIN_BYTES into one buffer
     advised for huge pages, replacing each attribute with a view of the same shape, dtype and values. Call
@@ -104,11 +116,7 @@ def gather_weights(holders) -> WeightArena | None:
     for holder, name in found:
         tensor = getattr(holder, name)
         sizes[_key(tensor)] = -(-tensor.nbytes // _ALIGN) * _ALIGN
-    span = -(-sum(sizes.values()) // HUGE_PAGE) * HUGE_PAGE
-    # torch.empty leaves the pages untouched, so the advice comes before the first write faults them in.
-    buffer = torch.empty(span + HUGE_PAGE, dtype=torch.uint8)
-    start = (-buffer.data_ptr()) % HUGE_PAGE
-    advised = _advise_huge_pages(buffer.data_ptr() + start, span)
+    buffer, start, advised = huge_page_buffer(sum(sizes.values()))
     offset, moved = start, {}
     # One tensor at a time, holding no other reference to it: each original is freed as its last holder lets
     # go, so the move needs little more memory than the buffer (the address keys stay valid: no tensor storage
