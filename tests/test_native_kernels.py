@@ -215,8 +215,8 @@ def test_int4_gemm_and_its_bf16_widening_equal_the_dequantized_weights(kernels, 
 def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch(kernels, rows):
     """gemm_int4_a8: x rounded to int8 per 128 inputs (scale max |x| / 127, to nearest even), times the int4 weights
     exactly in integers, then the two scales in fp32: equal to that product in float up to fp32 summation and the
-    output's bf16 rounding; each row's result is the same bits alone as inside a batch; and prefill widens the
-    same weights from the lanes layout."""
+    output's bf16 rounding; and each row's result is the same bits alone as inside a batch (prompt chunks run on
+    it too)."""
     import torch
 
     if not kernels.has_int4_a8:
@@ -238,8 +238,6 @@ def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch
     assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
     for row in {0, rows - 1}:
         assert torch.equal(kernels.gemm_int4_a8(x[row:row + 1], packed, lanes, 128, n), got[row:row + 1])
-    # prefill's widened weights from the same bytes: q * scale, rounded once
-    assert torch.equal(kernels.unpack_int4_lanes(packed, lanes, 128, n), dequantized.to(torch.bfloat16))
     # W4A8: the fp8 rounding in the kernel's pass equals rounding first (as prefill's rows are rounded)
     assert torch.equal(kernels.gemm_int4_a8(x, packed, lanes, 128, n, fp8_scale=0.02),
                        kernels.gemm_int4_a8(kernels.round_activations(x, "fp8", 0.02), packed, lanes, 128, n))
@@ -254,7 +252,7 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     has_amx = kernels.has_amx
     monkeypatch.setattr(kernels, "has_amx", False)  # the AVX-512 paths first (what a CPU without AMX runs)
     for name in ("gemm_bf16", "gemm_int8", "gemm_int8_vnni", "quantize_int8", "gemm_int4", "unpack_int4", "gemm_int4_a8",
-                 "unpack_int4_lanes", "gemm_fp8", "widen_fp8", "gemm_bf16_amx", "gemm_int8_amx"):
+                 "gemm_fp8", "widen_fp8", "gemm_bf16_amx", "gemm_int8_amx"):
         if not hasattr(kernels, name):
             continue
         original = getattr(kernels, name)
@@ -278,8 +276,8 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
         cases += [(dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS, []),
                   (int4, "gemm_int4", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4"]),
                   (fp8, "gemm_fp8", linear_kernels.NATIVE_FP8_ROWS, ["widen_fp8"])]
-        if kernels.has_int4_a8:  # its own layout (output rows in the lanes), widened from that for prefill
-            cases.append((int4_a8, "gemm_int4_a8", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4_lanes"]))
+        if kernels.has_int4_a8:  # its own layout (output rows in the lanes), prompt chunks on the same kernel
+            cases.append((int4_a8, "gemm_int4_a8", linear_kernels.WIDEN_ROWS - 1, ["gemm_int4_a8"]))
     if has_amx:  # with AMX, bf16 and INT8-SQ on its tiles at every row count, decode and prefill alike
         monkeypatch.setattr(kernels, "has_amx", True)
         amx_dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)

@@ -113,9 +113,9 @@ class EngineSection(_Section):
     # CPU engine: n-gram (prompt-lookup) speculative decoding, drafts of up to max_draft_len tokens.
     speculative_decoding: Literal["none", "ngram"] = "none"
     max_draft_len: int = Field(4, ge=1, le=16)
-    # CPU engine, INT4-AWQ and W4A8: decode rows' activations rounded to int8 per 128 inputs for the int4 x int8 VNNI
-    # kernel (auto: where the CPU has it; 9-13 % faster steps from 4 sequences, perf/README.md), or kept in bf16 as
-    # TensorRT-LLM's W4A16 kernels keep them (W4A8's fp8 values exactly; slower).
+    # CPU engine, INT4-AWQ and W4A8: activations (decode rows and prompt chunks) rounded to int8 per 128 inputs for the
+    # int4 x int8 VNNI kernel (auto: where the CPU has it; steps at 16 sequences about half as long, TTFT 89 -> 49 ms,
+    # perf/README.md), or kept in bf16 as TensorRT-LLM's W4A16 kernels keep them (W4A8's fp8 values exactly; slower).
     int4_activations: Literal["auto", "int8", "bf16"] = "auto"
 
     @model_validator(mode="after")

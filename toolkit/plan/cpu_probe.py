@@ -8,7 +8,7 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   understated the roof (llama.cpp read faster), here torch's stock GEMVs stop at ~60 % of a sum.
 - Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
   best of two batches is that kernel's roof. Prefill's: the kernel on 128 rows of matrices streamed from
-  memory as a prefill step calls them (quantized formats widening their weights per call), which sets
+  memory as a prefill step calls them (each format's own kernel, or its weights widened per call), which sets
   the planner's prefill floor. Decode's: as many weights at 2, 4, 8 and 16 rows,
   streamed in matrices of a few MB one call after another as a decode step calls them: the rate the
   few-row kernels keep while they also stream the weights.
@@ -290,7 +290,8 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
             x = torch.randn(rows, 2048, dtype=dtype)
             rates.append(2 * rows * 2048 * 2048 / _best_seconds(lambda: fn(x), repeats))
         figures[f"flops_{name}"] = max(rates)
-    # Prefill as the engine runs it: each kernel's Linear (quantized formats widen to bf16 per call) on
+    # Prefill as the engine runs it: each kernel's Linear (INT8-SQ and int4 on VNNI on their own kernels, the others
+    # widened to bf16 per call) on
     # PREFILL_ROWS rows, over matrices of 2048 x 2048 streamed from memory one call after another (half the
     # decode stream: enough to leave the caches). Its rate sets the planner's prefill floor; the in-cache
     # figure above ran 20-30 % faster than the model's prefill GEMMs (bf16 ~440 vs ~330 GFLOP/s, 2026-11-24).

@@ -123,8 +123,8 @@ def crossover_batch(spec: ModelSpec, hw: HardwareSpec, d: Deployment, context_to
 
 def prefill_flops_rate(hw: HardwareSpec, weights: str) -> float:
     """The rate prefill's matmuls can reach. On the CPU the probed rate of the format's kernel as prefill
-    calls it (weights streamed from memory, a prompt chunk of rows, the quantized formats widening theirs
-    to bf16 per call). Without that figure (older probes, hand-made specs): a weight-only kernel is built
+    calls it (weights streamed from memory, a prompt chunk of rows, each format on the kernel the engine
+    runs prompt chunks on). Without that figure (older probes, hand-made specs): a weight-only kernel is built
     for small batches, and at prompt length an engine can widen a layer's weights to bf16 and use the
     bf16 GEMM, so the faster of the two peaks."""
     if hw.kind != "cpu":

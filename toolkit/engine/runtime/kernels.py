@@ -4,9 +4,9 @@
          prefill); else the C few-row GEMM (AVX512-BF16) for decode, `F.linear` above (in fp32 where this CPU runs
          that faster: `prefill_in_fp32`)
   int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: with AMX, widened tile by tile into bf16 tiles,
-         group scales applied to each group's sums, at every row count; else the C GEMM up to 31 rows (with VNNI
-         int4 x int8, 16 output rows side by side), prefill widened to bf16; without the C kernels
-         `torch._weight_int4pack_mm_for_cpu`
+         group scales applied to each group's sums, at every row count; else with VNNI the C int4 x int8 GEMM
+         (16 output rows side by side) at every row count, without it the C bf16 GEMM up to 31 rows and prefill
+         widened to bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on AMX tiles at every row count where
          the CPU has them, else on VNNI at every row count, 16 output rows side by side (all exact in integers:
          the same output on every path); the C widening GEMM where the CPU lacks VNNI;
@@ -250,10 +250,10 @@ class DenseLinear(Linear):
 
 
 class Int4Linear(Linear):
-    """Packed int4 (two per byte), per-group scales, zero point 0. With the fused C kernels, in their layout:
-    decode rows on their int4 GEMM (native_kernels.pack_int4 for bf16 activations; pack_int4_lanes, 16 output
-    rows side by side, for the int4 x int8 kernel), prefill chunks on the weights widened to bf16 per call
-    (twice as fast as torch's int4 kernel at 128 rows).
+    """Packed int4 (two per byte), per-group scales, zero point 0. With the fused C kernels, in their layout: with
+    int8 activations (VNNI), pack_int4_lanes (16 output rows side by side) and the int4 x int8 kernel for decode
+    rows and prompt chunks alike; with bf16 activations, native_kernels.pack_int4, decode rows on the int4 GEMM and
+    prompt chunks on the weights widened to bf16 per call (twice as fast as torch's int4 kernel at 128 rows).
     Otherwise torch's CPU tile layout and `_weight_int4pack_mm_for_cpu`."""
 
     def __init__(self, values, scales, group_size: int, dtype, act_quant=None, input_scale=None, native=None,
@@ -302,8 +302,9 @@ class Int4Linear(Linear):
         import torch
 
         shape = x.shape
-        if self.int8_activations and x.reshape(-1, shape[-1]).shape[0] < WIDEN_ROWS:
-            # decode rows on the int4 x int8 kernel, W4A8's fp8 rounding inside its own pass over them
+        if self.int8_activations:
+            # decode rows and prompt chunks on the int4 x int8 kernel (at 128 prompt rows 2.5x the weights widened
+            # for the dense bf16 GEMM, and a row's output the same in either), W4A8's fp8 rounding inside its pass
             fp8_scale = self.input_scale_value if self.act_quant == "fp8" else None
             if self.act_quant not in (None, "fp8"):
                 x = self.native.round_activations(x, self.act_quant, self.input_scale_value)
@@ -317,9 +318,6 @@ class Int4Linear(Linear):
         x2 = x.reshape(-1, shape[-1])
         if self.amx:
             y = self.native.gemm_int4_amx(x2, self.packed, self.group_scales, self.group_size, self.out_features)
-        elif self.int8_activations:  # prompt chunks: widened from the lanes layout
-            y = dense_gemm(x2, self.native.unpack_int4_lanes(self.packed, self.scales_fp32, self.group_size,
-                                                             self.out_features))
         elif self.native is not None and x2.shape[0] < WIDEN_ROWS:
             y = self.native.gemm_int4(x2, self.packed, self.scales_fp32, self.group_size)
         elif self.native is not None:
@@ -345,13 +343,14 @@ class Int4Linear(Linear):
 
 
 def _int8_activations(native, act_quant, group_size: int, int4_activations: str) -> bool:
-    """Whether INT4-AWQ's and W4A8's decode rows run on the int4 x int8 kernel (gemm_int4_a8, decode_kernels.c)."""
+    """Whether INT4-AWQ's and W4A8's linears (decode rows and prompt chunks) run on the int4 x int8 kernel
+    (gemm_int4_a8, decode_kernels.c)."""
     if int4_activations == "bf16":
         return False
     if native.has_int4_a8 and group_size % 128 == 0:
         if int4_activations == "auto":  # the served default, not a fallback: said at info level (the weight
             # format, int4-g128-int8act, names it wherever the engine's kernels are shown)
-            _say_once("int4-int8act", "int4 weights: decode rows' activations (W4A8's after their fp8 rounding) "
+            _say_once("int4-int8act", "int4 weights: activations (W4A8's after their fp8 rounding) "
                                       "rounded to int8 per 128 inputs for the int4 x int8 VNNI kernel, as llama.cpp's "
                                       "q4_0 x q8_0 (TensorRT-LLM keeps them in 16 or 8 bits); int4_activations: bf16 "
                                       "keeps them exact, slower", logging.INFO)

@@ -211,8 +211,7 @@ class NativeKernels:
         self.has_int4_a8 = bool(library.gemm_int4_a8_available())
         if self.has_int4_a8:
             library.gemm_int4_a8.argtypes = [*library.gemm_int4.argtypes, c.c_float]
-            library.unpack_int4_lanes.argtypes = library.unpack_int4.argtypes
-            library.gemm_int4_a8.restype = library.unpack_int4_lanes.restype = None
+            library.gemm_int4_a8.restype = None
         if self.has_int8_vnni:
             library.gemm_int8_vnni.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int,
                                                c.c_void_p, c.c_int, c.c_float]
@@ -541,15 +540,6 @@ class NativeKernels:
         self._lib.gemm_int4_a8(x.data_ptr(), x.shape[0], packed.shape[1] * 2, packed.data_ptr(), scales.data_ptr(),
                                group_size, n, y.data_ptr(), fp8_scale or 0.0)
         return y
-
-    def unpack_int4_lanes(self, packed, scales, group_size: int, n: int):
-        """The bf16 weights [n, K] that pack_int4_lanes' bytes and lane_scales' scales stand for."""
-        import torch
-
-        k = packed.shape[1] * 2
-        out = torch.empty(n, k, dtype=torch.bfloat16)
-        self._lib.unpack_int4_lanes(packed.data_ptr(), scales.data_ptr(), group_size, n, k, out.data_ptr())
-        return out
 
     # --- fp8 (bf16 activations; only where has_bf16_gemm) --------------------------------------------
 

@@ -1138,23 +1138,6 @@ void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
     free(xq), free(xs), free(x8);
 }
 
-/* The bf16 weights [N, K] (q * scale, rounded once) of pack_int4_lanes' bytes and lane_scales' scales, for
- * prefill: each row's 64 bytes per 128 inputs gathered from its lane, then widened as unpack_int4 widens them. */
-void unpack_int4_lanes(const uint8_t *w, const float *scales, int group, int N, int K, uint16_t *out) {
-    const int64_t chunks = K / 128, groups = K / group;
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const int64_t block = n / 16, lane = n % 16;
-        for (int64_t c = 0; c < chunks; c++) {
-            uint8_t bytes[64];
-            const uint8_t *at = w + (block * chunks + c) * 1024 + lane * 4;
-            for (int d = 0; d < 16; d++) memcpy(bytes + 4 * d, at + d * 64, 4);
-            const float s = scales[(block * groups + c * 128 / group) * 16 + lane];
-            unpack_64(bytes, s, out + (int64_t)n * K + c * 128);
-            unpack_64(bytes + 32, s, out + (int64_t)n * K + c * 128 + 64);
-        }
-    }
-}
 #endif
 
 int gemm_int4_a8_available(void) {
