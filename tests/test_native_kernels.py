@@ -275,7 +275,8 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
                                        "fp8", torch.tensor(0.01), native=kernels)
         cases += [(dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS, []),
                   (int4, "gemm_int4", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4"]),
-                  (fp8, "gemm_fp8", linear_kernels.NATIVE_FP8_ROWS, ["widen_fp8"])]
+                  (fp8, "gemm_fp8", linear_kernels.NATIVE_FP8_ROWS,
+                   ["widen_fp8"] if linear_kernels.prefill_in_fp32() else ["gemm_fp8"])]
         if kernels.has_int4_a8:  # its own layout (output rows in the lanes), prompt chunks on the same kernel
             cases.append((int4_a8, "gemm_int4_a8", linear_kernels.WIDEN_ROWS - 1, ["gemm_int4_a8"]))
     if has_amx:  # with AMX, bf16 and INT8-SQ on its tiles at every row count, decode and prefill alike

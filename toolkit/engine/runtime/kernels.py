@@ -444,7 +444,8 @@ class Fp8Linear(Linear):
     """fp8_e4m3 weights with a per-output-channel scale (ModelOpt's per-tensor scales, one per fused part).
 
     With the C kernels (`native_ready`): the fp8 bytes in gemm_fp8's layout, decode on that GEMM, prefill
-    chunks on the weights widened to bf16 per call (the same values: fp8 subnormals dropped by both).
+    chunks on it too, or where this CPU runs prompt GEMMs in fp32 on the weights widened per call (the same
+    values: fp8 subnormals dropped by both).
     Otherwise `torch._scaled_mm` (GPUs), or the weights widened inside each torch GEMM."""
 
     def __init__(self, values, row_scales, dtype, act_quant=None, input_scale=None, use_scaled_mm=True, native=None):
@@ -488,7 +489,10 @@ class Fp8Linear(Linear):
                                          self.input_scale_value)
             return y.reshape(*shape[:-1], self.out_features)
         if self.native is not None:
-            if x2.shape[0] <= NATIVE_FP8_ROWS:
+            # prompt chunks too where this CPU's prompt GEMMs run in bf16: each block of weights widened once into L1
+            # for all rows (128 rows 286 against 250 GFLOP/s for the whole matrix widened per call and the dense
+            # GEMM, 2026-11-27), the scale applied after the sums, and a row's output the same as a decode row's
+            if x2.shape[0] <= NATIVE_FP8_ROWS or not prefill_in_fp32():
                 y = self.native.gemm_fp8(x2, self.weight, self.row_scales, self.act_quant, self.input_scale_value)
             else:
                 widened = self.native.widen_fp8(self.weight, self.row_scales)
