@@ -47,6 +47,10 @@ def test_single_rank_server_command():
     cmd = tritonserver_command(install, Path("/repo"), "127.0.0.1", {"http": 1, "grpc": 2, "metrics": 3}, Path("/l"))
     assert cmd[0] == "/opt/tritonserver/bin/tritonserver"
     assert "--http-address=127.0.0.1" in cmd and "--grpc-port=2" in cmd and "--metrics-port=3" in cmd
+    assert not any(arg.startswith("--backend-config") for arg in cmd)  # a pod's own /dev/shm: Triton's default names
+    named = tritonserver_command(install, Path("/repo"), "127.0.0.1", {"http": 1, "grpc": 2, "metrics": 3}, Path("/l"),
+                                 shm_prefix="toolkit_ab12_")
+    assert named[-1] == "--backend-config=python,shm-region-prefix-name=toolkit_ab12_"
 
 
 def test_single_gpu_llmapi_runs_without_mpi():

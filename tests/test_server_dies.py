@@ -28,7 +28,7 @@ def test_sweep_survives_a_dying_server(tmp_path, tiny_model_dir):
             pipeline.sweep(config, layout, progress=lambda _: None)
     finally:
         killer.cancel()
-        layout.server_state_file.unlink(missing_ok=True)
+        pipeline.stop(layout)  # as a user would after it died: ends any stub left, removes its shared memory
     assert "records so far are saved" in str(err.value)
     run_dir = sorted(layout.runs_dir.iterdir())[-1]
     records = read_records(run_dir / "records.jsonl")

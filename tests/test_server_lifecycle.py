@@ -15,9 +15,14 @@ pytestmark = pytest.mark.e2e
 
 
 def test_stop_ends_the_stubs_of_a_killed_tritonserver(tmp_path, tiny_model_dir):
+    """... and removes the shared-memory regions the killed server left in /dev/shm (its own prefix only)."""
+    from pathlib import Path
+
     config, layout = tiny_deployment(tmp_path, tiny_model_dir, name="lifecycle")
     handle = deploy(config, layout)
+    regions = sorted(Path("/dev/shm").glob(f"{handle.shm_prefix}*"))
     try:
+        assert handle.shm_prefix and regions  # the python backend names its regions with the server's prefix
         members = group_members(handle.pid)
         stubs = [pid for pid, name in members if pid != handle.pid]
         assert any(name == "tritonserver" for _, name in members) and stubs, members
@@ -30,6 +35,7 @@ def test_stop_ends_the_stubs_of_a_killed_tritonserver(tmp_path, tiny_model_dir):
         if group_members(handle.pid):
             os.killpg(handle.pid, signal.SIGKILL)
     assert group_members(handle.pid) == []
+    assert all(region.exists() is False for region in regions)  # a SIGKILL leaves them; stop removed them
     assert {f"{name} ({pid})" for pid, name in orphans} <= set(stopped.ended)
     assert "ended" in stopped.stop_summary and str(orphans[0][0]) in stopped.stop_summary
     assert not layout.server_state_file.exists()
