@@ -163,6 +163,23 @@ class DecodeModel:
                           layer.v_cache.data_ptr(), layer.k_scale, layer.v_scale)
 
 
+def _padded_rows(t, value=0):
+    """t [N, ...] with rows of `value` appended up to a multiple of 16 (the lanes kernels' blocks)."""
+    import torch
+
+    pad = -t.shape[0] % 16
+    return torch.cat([t, torch.full((pad, *t.shape[1:]), value, dtype=t.dtype)]) if pad else t.contiguous()
+
+
+def rows_in_lanes(byte_rows, pad_value):
+    """Bytes [N, B] (B a multiple of 4; one row's bytes per output row) → the lanes kernels' layout [N padded to 16, B]:
+    per block of 16 rows, B / 4 vectors of 64 bytes, vector d holding in lane n bytes 4d .. 4d+3 of row n (the
+    int4 x int8 and INT8-SQ kernels, decode_kernels.c). Padding rows are filled with `pad_value`."""
+    rows = _padded_rows(byte_rows, pad_value)
+    n, b = rows.shape
+    return rows.reshape(n // 16, 16, b // 4, 4).permute(0, 2, 1, 3).reshape(n, b).contiguous()
+
+
 class NativeKernels:
     def __init__(self, library: ctypes.CDLL):
         c = ctypes
@@ -347,15 +364,10 @@ class NativeKernels:
         import torch
 
         n, k = values.shape
-        rows, kpad = n + (-n % 16), k + (-k % 64)
-        padded = torch.zeros(rows, kpad, dtype=torch.int8)
-        padded[:n, :k] = values
-        blocks = padded.reshape(rows // 16, 16, kpad // 4, 4).permute(0, 2, 1, 3)  # [block, d, lane, 4 inputs]
-        sums = torch.zeros(rows, dtype=torch.int32)
-        sums[:n] = values.sum(dim=1, dtype=torch.int32)
-        scales = torch.zeros(rows, dtype=torch.float32)
-        scales[:n] = scale.float()
-        return Int8Lanes(blocks.reshape(rows, kpad).contiguous(), scales, sums, n, k)
+        padded = torch.zeros(n, k + (-k % 64), dtype=torch.int8)
+        padded[:, :k] = values
+        return Int8Lanes(rows_in_lanes(padded, 0), _padded_rows(scale.float()),
+                         _padded_rows(values.sum(dim=1, dtype=torch.int32)), n, k)
 
     def gemm_int8_vnni(self, x, lanes: Int8Lanes, input_scale: float):
         """INT8-SQ exactly in integers (only where has_int8_vnni): x [M, K] rounded to int8 at input_scale, times
@@ -510,25 +522,14 @@ class NativeKernels:
     def pack_int4_lanes(values):
         """int4 values [N, K] → gemm_int4_a8's bytes: per block of 16 rows (N padded to 16 with zeros) and 128
         inputs, 16 vectors of 64 bytes, vector d holding in lane n bytes 4d .. 4d+3 of pack_int4's 64 for row n."""
-        import torch
-
-        n, k = values.shape
-        rows = NativeKernels.pack_int4(values)
-        pad = -n % 16
-        if pad:
-            rows = torch.cat([rows, torch.full((pad, k // 2), 0x88, dtype=torch.uint8)])  # q = 0 in both nibbles
-        blocks = rows.reshape(-1, 16, k // 128, 16, 4).permute(0, 2, 3, 1, 4)  # [block, 128s, d, lane, byte]
-        return blocks.reshape(n + pad, k // 2).contiguous()
+        return rows_in_lanes(NativeKernels.pack_int4(values), 0x88)  # padding: q = 0 in both nibbles
 
     @staticmethod
     def lane_scales(scales):
         """Group scales fp32 [N, groups] → [N / 16 (padded), groups, 16] flattened to [N padded, groups]: a
         block's 16 rows' scales of one group side by side, as gemm_int4_a8 multiplies them."""
-        import torch
-
-        n, groups = scales.shape
-        padded = torch.cat([scales.float(), torch.zeros(-n % 16, groups)])
-        return padded.reshape(-1, 16, groups).permute(0, 2, 1).reshape(-1, groups).contiguous()
+        groups = scales.shape[1]
+        return _padded_rows(scales.float()).reshape(-1, 16, groups).permute(0, 2, 1).reshape(-1, groups).contiguous()
 
     def gemm_int4_a8(self, x, packed, scales, group_size: int, n: int, fp8_scale: float | None = None):
         """x bf16 [M, K] (first rounded to fp8 at fp8_scale where given: W4A8) rounded to int8 per 128 of K, times
