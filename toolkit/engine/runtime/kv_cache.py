@@ -8,6 +8,8 @@ keeps the values of a normalised model in range (stated in `scale_source`).
 
 from __future__ import annotations
 
+from toolkit.engine.runtime.weight_arena import zeroed_on_huge_pages
+
 KV_CACHE_DTYPES = ("auto", "fp8", "int8")
 _FP8_MAX = 448.0
 _INT8_MAX = 127.0
@@ -30,7 +32,12 @@ class PagedKVCache:
         self.spare_slot = num_blocks * block_size if spare_blocks else None
         shape = ((num_blocks + spare_blocks) * block_size, num_kv_heads, head_dim)
         if torch.device(device).type == "cpu":
-            self.k, self.v = _on_huge_pages(shape, storage, num_layers)
+            # A sequence's blocks end up scattered over the cache as requests come and go; decode attention then
+            # jumps from block to block, and on 4 KiB pages each jump was a TLB miss: with the blocks at random, a
+            # 16-sequence step's attention ran 10-18 % faster on 2 MiB pages; in order, alike
+            # (perf/attention_bench.py, 2026-11-27).
+            tensors = zeroed_on_huge_pages(shape, storage, 2 * num_layers)
+            self.k, self.v = tensors[:num_layers], tensors[num_layers:]
         else:
             self.k = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
             self.v = [torch.zeros(shape, dtype=storage, device=device) for _ in range(num_layers)]
@@ -86,23 +93,3 @@ class PagedKVCache:
         import torch
 
         return x.view(torch.uint8) if self.kv_cache_dtype == "fp8" else x
-
-
-def _on_huge_pages(shape, dtype, num_layers: int):
-    """Every layer's K and V as views of one buffer advised for 2 MiB pages (weight_arena.huge_page_buffer), zeroed.
-    A sequence's blocks end up scattered over the cache as requests come and go; decode attention then jumps from
-    block to block, and on 4 KiB pages each jump was a TLB miss: with the blocks at random, a 16-sequence step's
-    attention ran 10-18 % faster on 2 MiB pages; with them in order, alike (perf/attention_bench.py, 2026-11-27)."""
-    import math
-
-    import torch
-
-    from toolkit.engine.runtime.weight_arena import huge_page_buffer
-
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    step = -(-nbytes // 4096) * 4096  # each tensor on its own pages
-    buffer, start, _ = huge_page_buffer(2 * num_layers * step)
-    views = [buffer[start + i * step:start + i * step + nbytes].view(dtype).view(shape) for i in range(2 * num_layers)]
-    for view in views:
-        view.zero_()
-    return views[:num_layers], views[num_layers:]

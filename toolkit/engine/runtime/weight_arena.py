@@ -100,6 +100,22 @@ def huge_page_buffer(nbytes: int):
     return buffer, start, _advise_huge_pages(buffer.data_ptr() + start, span)
 
 
+def zeroed_on_huge_pages(shape, dtype, count: int) -> list:
+    """`count` zeroed tensors of `shape` and `dtype`, views of one buffer advised for huge pages, each on its own
+    pages (the KV cache's per-layer K and V: kv_cache.py)."""
+    import math
+
+    import torch
+
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    step = -(-nbytes // _ALIGN) * _ALIGN
+    buffer, start, _ = huge_page_buffer(count * step)
+    views = [buffer[start + i * step:start + i * step + nbytes].view(dtype).view(shape) for i in range(count)]
+    for view in views:
+        view.zero_()  # faults the pages in, after the advice
+    return views
+
+
 def gather_weights(holders) -> WeightArena | None:
     """Moves every CPU tensor attribute of `holders` (the linears) of at least MIN_BYTES into one buffer
     advised for huge pages, replacing each attribute with a view of the same shape, dtype and values. Call

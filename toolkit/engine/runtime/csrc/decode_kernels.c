@@ -1002,6 +1002,13 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
 }
 #endif
 
+#ifdef __AVX512F__
+/* The lanes kernels' store mask: the first `live` of a block's 16 output rows are real (the rest are padding). */
+static inline __mmask16 lanes_live(int live) {
+    return live >= 16 ? (__mmask16)0xFFFF : live <= 0 ? (__mmask16)0 : (__mmask16)((1u << live) - 1);
+}
+#endif
+
 /* 32 bytes of pack_int4's layout (low nibbles k0 + i, high ones k0 + 32 + i) → 64 bf16 weights q * s, rounded once */
 static inline void unpack_64(const uint8_t *bytes, float s, uint16_t *out) {
 #if defined(__AVX512BF16__)
@@ -1107,9 +1114,8 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
             f[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sw, _mm512_set1_ps(xs[m * chunks + c])), f[m]);
         }
     }
-    const __mmask16 keep = valid >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << valid) - 1);
     for (int m = 0; m < rows; m++)
-        _mm256_mask_storeu_epi16((void *)(y + (int64_t)m * N), keep, (__m256i)_mm512_cvtneps_pbh(f[m]));
+        _mm256_mask_storeu_epi16((void *)(y + (int64_t)m * N), lanes_live(valid), (__m256i)_mm512_cvtneps_pbh(f[m]));
 }
 
 void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
@@ -1441,8 +1447,7 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
     for (int j = 0; j < nbk; j++) {
         const __m512i offset = _mm512_mullo_epi32(_mm512_loadu_si512((const void *)(wsum + 16 * j)), _mm512_set1_epi32(128));
         const __m512 scale = _mm512_loadu_ps(sb + 16 * j), in = _mm512_set1_ps(input_scale);
-        const int live = valid - 16 * j;
-        const __mmask16 keep = live >= 16 ? (__mmask16)0xFFFF : live <= 0 ? 0 : (__mmask16)((1u << live) - 1);
+        const __mmask16 keep = lanes_live(valid - 16 * j);
         for (int m = 0; m < rows; m++) {
             __m512i sum = a[(m * nbk + j) * chains];
             for (int h = 1; h < chains; h++) sum = _mm512_add_epi32(sum, a[(m * nbk + j) * chains + h]);
