@@ -26,6 +26,7 @@ Imports nothing from the catalog (gpus.py imports this module lazily, not the ot
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -290,8 +291,8 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
             x = torch.randn(rows, 2048, dtype=dtype)
             rates.append(2 * rows * 2048 * 2048 / _best_seconds(lambda: fn(x), repeats))
         figures[f"flops_{name}"] = max(rates)
-    # Prefill as the engine runs it: each kernel's Linear (INT8-SQ and int4 on VNNI on their own kernels, the others
-    # widened to bf16 per call) on
+    # Prefill as the engine runs it: each kernel's Linear (on its own kernel, or its weights widened to bf16 per
+    # call, whichever the engine runs prompt chunks on) on
     # PREFILL_ROWS rows, over matrices of 2048 x 2048 streamed from memory one call after another (half the
     # decode stream: enough to leave the caches). Its rate sets the planner's prefill floor; the in-cache
     # figure above ran 20-30 % faster than the model's prefill GEMMs (bf16 ~440 vs ~330 GFLOP/s, 2026-11-24).
@@ -344,6 +345,7 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.cache
 def kernels_digest() -> str:
     """The engine's C kernels' sources, hashed: rates probed on other kernels (an upgraded toolkit) are stale."""
     csrc = Path(__file__).resolve().parents[1] / "engine" / "runtime" / "csrc"
