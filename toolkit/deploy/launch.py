@@ -66,7 +66,7 @@ def drain_script(metrics_port: int = PORTS["metrics"], endpoint_settle_s: float 
     server, not a gone one: only a refused connection ends the wait early."""
     return f"""#!/usr/bin/env python3
 # preStop drain: give the endpoint controller time to stop routing here, then wait for in-flight streams.
-import re, sys, time, urllib.error, urllib.request
+import re, sys, time, urllib.request
 time.sleep({endpoint_settle_s:g})
 deadline = time.time() + float(sys.argv[1]) if len(sys.argv) > 1 else time.time() + 120
 in_flight = re.compile({IN_FLIGHT_METRIC!r}, re.M)
@@ -74,14 +74,11 @@ why = "the deadline passed with requests still in flight"
 while time.time() < deadline:
     try:
         text = urllib.request.urlopen("http://127.0.0.1:{metrics_port}/metrics", timeout={scrape_timeout_s:g}).read().decode()
-    except (ConnectionRefusedError, urllib.error.URLError) as exc:
+    except OSError as exc:  # urllib's URLError (its reason inside) or a read that timed out
         if isinstance(getattr(exc, "reason", exc), ConnectionRefusedError):
             why = "the server no longer answers"
             break
         time.sleep(1)  # timed out or reset: a busy server; ask again
-        continue
-    except OSError:  # a read that timed out
-        time.sleep(1)
         continue
     values = [float(v) for v in in_flight.findall(text)]
     if not values or sum(values) == 0:
