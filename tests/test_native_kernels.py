@@ -82,17 +82,21 @@ def _paged(cache_dtype, head_dim=HEAD_DIM, kv_heads=KV_HEADS, seed=0):
 
 
 # head_dim 64 and 128 take the AVX-512 path where the CPU has it; 32 the element-wise one everywhere.
-# Query heads per kv head: 3, 1, and 9 (above the vector path's 8 at once: two sub-groups).
+# Query heads per kv head: 3, 1, and 9 (above the vector path's 8 at once: two sub-groups). The five
+# sequences once (a work item takes some of a row's kv heads, to keep both threads busy) and twice (it takes
+# them all).
+@pytest.mark.parametrize("copies", [1, 2])
 @pytest.mark.parametrize("heads,kv_heads", [(HEADS, KV_HEADS), (4, 4), (18, 2)])
 @pytest.mark.parametrize("head_dim", [HEAD_DIM, 128, 32])
 @pytest.mark.parametrize("act,cache", [("fp32", "fp32"), ("bf16", "bf16"), ("bf16", "fp8"), ("bf16", "int8"),
                                        ("fp32", "int8"), ("fp32", "bf16")])
 def test_paged_decode_attention_equals_attention_over_the_gathered_context(kernels, act, cache, head_dim, heads,
-                                                                           kv_heads):
+                                                                           kv_heads, copies):
     import torch
 
     torch.manual_seed(head_dim * heads + kv_heads)
     k, v, tables, lens = _paged(cache, head_dim, kv_heads)
+    tables, lens = tables.repeat(copies, 1), lens.repeat(copies)
     act_dt = _dtype(act)
     batch = len(lens)
     q = torch.randn(batch, heads, head_dim).to(act_dt)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <omp.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -126,6 +127,7 @@ static inline void store_row(void *dst, int64_t at, const float *src, int n, int
 }
 
 static inline size_t act_bytes(int kind) { return kind == F32 ? 4 : 2; } /* activations: fp32 or bf16 */
+static inline int cache_bytes(int kind) { return kind == F32 ? 4 : kind == BF16 ? 2 : 1; } /* KV cache elements */
 
 /* Rounds v to the activation dtype, as a torch op whose output has that dtype would. */
 static inline float round_to(float v, int kind) { return kind == BF16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
@@ -475,46 +477,64 @@ INLINE void weigh_row_pairs(float *out, const float *scores, int64_t padded, con
 }
 #endif
 
-/* G query heads, qg [G][nv * 16] in the activation dtype, against one kv head's context rows (padded to a
- * multiple of 16 by repeating the last) -> out [G][nv * 16] fp32; scores: G x (ctx rounded up to 16)
- * floats. bf16_dots: bf16 q and cache, q used as it is and the scores scaled instead. Two passes: the
- * scores tile by tile (and their running max), then the softmax-weighted V rows. */
-INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, const void *k_cache, const void *v_cache,
-                         const int64_t *rows, int64_t ctx, const int G, const int nv, const int bf16_dots,
-                         float k_scale, float v_scale, int kind, float *scores, float *out) {
+static inline float max_of(const float *s, int64_t padded) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int64_t t = 0; t < padded; t += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + t));
+    return _mm512_reduce_max_ps(m);
+}
+
+/* kv_count adjacent kv heads of one query row, each with G of its query heads: qg [kv_count][group][nv * 16]
+ * in the activation dtype (G <= group heads used from each kv head's `group`), against the context rows of
+ * the first kv head (padded to a multiple of 16 by repeating the last; head h's lie h * nv * 16 elements on)
+ * -> out [kv_count][group][nv * 16] fp32; scores: kv_count x group x (ctx rounded up to 16) floats.
+ * bf16_dots: bf16 q and cache, q used as it is and the scores scaled instead. Two passes: the scores tile by
+ * tile, every kv head's within a tile, so that each cache row's kv heads are read together; then, kv head by
+ * kv head, the softmax-weighted V rows. One step's attention of `small` at 4-16 sequences over scattered
+ * blocks ran 7-10 % faster than with a work item per kv head, whose 128-byte slices of each 512-byte row
+ * were read apart (perf/attention_bench.py --base, 2026-11-27); blocks in order, unchanged. */
+INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, const char *k_cache, const char *v_cache,
+                         const int64_t *rows, int64_t ctx, int kv_count, int group, const int G, const int nv,
+                         const int bf16_dots, float k_scale, float v_scale, int kind, float *scores, float *out) {
     int64_t padded = (ctx + 15) & ~(int64_t)15;
-    float ks = kind >= I8 ? k_scale : 1.0f, vs = kind >= I8 ? v_scale : 1.0f, inv[8];
-    __m512 q[8 * 8], mx[8];
-    if (bf16_dots)
-        for (int i = 0; i < G * nv / 2; i++)
-            q[i] = _mm512_castsi512_ps(_mm512_loadu_si512((const void *)((const uint16_t *)qg + 32 * i)));
-    else
-        for (int i = 0; i < G * nv; i++)
-            q[i] = _mm512_mul_ps(load16(qg, 16 * i, act_kind, 1.0f), _mm512_set1_ps(softmax_scale * ks));
-    for (int g = 0; g < G; g++) mx[g] = _mm512_set1_ps(-INFINITY);
+    float ks = kind >= I8 ? k_scale : 1.0f, vs = kind >= I8 ? v_scale : 1.0f;
+    const int head_bytes = nv * 16 * cache_bytes(kind);
+    const int64_t q_stride = (int64_t)group * nv * 16;  /* elements from one kv head's query heads to the next's */
+    __m512 q[8 * 8];
     __m512 score_scale = _mm512_set1_ps(bf16_dots ? softmax_scale : 1.0f);
     /* the padding's scores repeat the last token's, so they leave the max as it is */
     for (int64_t t0 = 0; t0 < ctx; t0 += 16) {
-        __m512 quad[4][8];
-        /* a loop, not unrolled: four copies of scores4 for each group size made the build several times slower */
-        #pragma GCC unroll 1
-        for (int c = 0; c < 4; c++) scores4(quad[c], q, k_cache, rows + t0 + 4 * c, G, nv, kind, bf16_dots);
-        for (int g = 0; g < G; g++) {
-            __m512 s = tree_lanes(tree_lanes(quad[0][g], quad[1][g]), tree_lanes(quad[2][g], quad[3][g]));
-            s = bf16_dots ? _mm512_mul_ps(s, score_scale) : s;
-            _mm512_storeu_ps(scores + g * padded + t0, s);
-            mx[g] = _mm512_max_ps(mx[g], s);
+        for (int h = 0; h < kv_count; h++) {
+            const char *qh = (const char *)qg + h * q_stride * act_bytes(act_kind);
+            if (bf16_dots)
+                for (int i = 0; i < G * nv / 2; i++)
+                    q[i] = _mm512_castsi512_ps(_mm512_loadu_si512((const void *)((const uint16_t *)qh + 32 * i)));
+            else
+                for (int i = 0; i < G * nv; i++)
+                    q[i] = _mm512_mul_ps(load16(qh, 16 * i, act_kind, 1.0f), _mm512_set1_ps(softmax_scale * ks));
+            __m512 quad[4][8];
+            /* a loop, not unrolled: four copies of scores4 for each group size made the build several times slower */
+            #pragma GCC unroll 1
+            for (int c = 0; c < 4; c++)
+                scores4(quad[c], q, k_cache + h * head_bytes, rows + t0 + 4 * c, G, nv, kind, bf16_dots);
+            for (int g = 0; g < G; g++) {
+                __m512 s = tree_lanes(tree_lanes(quad[0][g], quad[1][g]), tree_lanes(quad[2][g], quad[3][g]));
+                s = bf16_dots ? _mm512_mul_ps(s, score_scale) : s;
+                _mm512_storeu_ps(scores + (h * group + g) * padded + t0, s);
+            }
         }
     }
-    for (int g = 0; g < G; g++)
-        inv[g] = softmax_numerators(scores + g * padded, ctx, _mm512_reduce_max_ps(mx[g]), bf16_dots) * vs;
+    for (int h = 0; h < kv_count; h++) {
+        float inv[8], *sh = scores + (int64_t)h * group * padded, *oh = out + h * q_stride;
+        for (int g = 0; g < G; g++)
+            inv[g] = softmax_numerators(sh + g * padded, ctx, max_of(sh + g * padded, padded), bf16_dots) * vs;
 #if defined(__AVX512BF16__)
-    if (bf16_dots) {
-        weigh_row_pairs(out, scores, padded, (const uint16_t *)v_cache, rows, ctx, G, nv, inv);
-        return;
-    }
+        if (bf16_dots) {
+            weigh_row_pairs(oh, sh, padded, (const uint16_t *)(v_cache + h * head_bytes), rows, ctx, G, nv, inv);
+            continue;
+        }
 #endif
-    weigh_rows(out, scores, padded, v_cache, rows, ctx, G, nv, kind, inv);
+        weigh_rows(oh, sh, padded, v_cache + h * head_bytes, rows, ctx, G, nv, kind, inv);
+    }
 }
 #endif
 
@@ -535,60 +555,74 @@ static void attend_heads_scalar(const void *q, int act_kind, float softmax_scale
     }
 }
 
-/* One query token per sequence against its paged context, work split over (sequence, kv head).
- * q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim]
- * (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
+/* kv heads a work item takes, of one query row: all of them (so that each cache row is read whole, see
+ * attend_group), unless the rows are too few to keep every thread busy, then the fewest that do. */
+static int kv_heads_per_item(int batch, int kv_heads) {
+    int threads = omp_get_max_threads();
+    if (batch >= 4 * threads) return kv_heads;
+    for (int split = 1; split <= kv_heads; split++)
+        if (kv_heads % split == 0 && (batch * split) % threads == 0) return kv_heads / split;
+    return 1;
+}
+
+/* One query token per sequence against its paged context, work split over sequences (and kv heads, see
+ * kv_heads_per_item). q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads,
+ * head_dim] (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
  * context_lens: [batch], each at least 1. Query head h reads kv head h / (heads / kv_heads), as HF's
  * repeat_kv. */
 void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
                       const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
                       int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
     init_fp8();
-    int group = heads / kv_heads;
+    int group = heads / kv_heads, per_item = kv_heads_per_item(batch, kv_heads), parts = kv_heads / per_item;
+    int64_t head_bytes = (int64_t)head_dim * cache_bytes(cache_kind);
     float softmax_scale = 1.0f / sqrtf((float)head_dim);
     /* round robin: a prefill chunk's rows (model_runner's _native_attention_plan) have contexts growing by one
      * token each, so halves in order would give one thread three times the other's work */
-    #pragma omp parallel for collapse(2) schedule(static, 1)
-    for (int b = 0; b < batch; b++) {
-        for (int kvh = 0; kvh < kv_heads; kvh++) {
-            int64_t ctx = context_lens[b], padded = (ctx + 15) & ~(int64_t)15;
-            int on_heap = padded * (8 + 4 * group) > ATTN_STACK_BYTES;
-            int64_t rows_on_stack[on_heap ? 1 : padded];
-            float scores_on_stack[on_heap ? 1 : group * padded], o[group * head_dim];
-            void *heap = on_heap ? malloc((size_t)(padded * (8 + 4 * group))) : NULL;
-            int64_t *rows = on_heap ? (int64_t *)heap : rows_on_stack;
-            float *scores = on_heap ? (float *)(rows + padded) : scores_on_stack;
-            int64_t at = ((int64_t)b * heads + (int64_t)kvh * group) * head_dim;  /* the group's heads are adjacent */
-            const char *qg = (const char *)q + at * act_bytes(act_kind);
-            context_rows(rows, block_tables + (int64_t)b * max_blocks, ctx, block_size, kv_heads, kvh, head_dim);
+    #pragma omp parallel for schedule(static, 1)
+    for (int item = 0; item < batch * parts; item++) {
+        int b = item / parts, kv0 = item % parts * per_item;
+        int64_t ctx = context_lens[b], padded = (ctx + 15) & ~(int64_t)15;
+        int64_t scratch = padded * (8 + 4 * (int64_t)group * per_item);
+        int on_heap = scratch > ATTN_STACK_BYTES;
+        int64_t rows_on_stack[on_heap ? 1 : padded];
+        float scores_on_stack[on_heap ? 1 : group * per_item * padded], o[per_item * group * head_dim];
+        void *heap = on_heap ? malloc((size_t)scratch) : NULL;
+        int64_t *rows = on_heap ? (int64_t *)heap : rows_on_stack;
+        float *scores = on_heap ? (float *)(rows + padded) : scores_on_stack;
+        int64_t at = ((int64_t)b * heads + (int64_t)kv0 * group) * head_dim;  /* the item's heads are adjacent */
+        const char *qg = (const char *)q + at * act_bytes(act_kind);
+        context_rows(rows, block_tables + (int64_t)b * max_blocks, ctx, block_size, kv_heads, kv0, head_dim);
 #ifdef __AVX512F__
-            if (head_dim == 64 || head_dim == 128) {
+        if (head_dim == 64 || head_dim == 128) {
 #if defined(__AVX512BF16__)
-                int bf16_dots = act_kind == BF16 && cache_kind == BF16;
+            int bf16_dots = act_kind == BF16 && cache_kind == BF16;
 #else
-                int bf16_dots = 0;
+            int bf16_dots = 0;
 #endif
-                /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
-                for (int g0 = 0; g0 < group; g0 += 8) {
-                    const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
-                    float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
-#define ATTEND_NV(G, NV, DOTS)                                                                                \
-    attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, G, NV, DOTS, k_scale, v_scale, cache_kind, \
-                 ss, os)
+            /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
+            for (int g0 = 0; g0 < group; g0 += 8) {
+                const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
+                float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
+#define ATTEND_NV(G, NV, DOTS)                                                                                  \
+    attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, per_item, group, G, NV, DOTS, k_scale, \
+                 v_scale, cache_kind, ss, os)
 #define ATTEND(G)                                                                                  \
     if (head_dim == 64) { if (bf16_dots) ATTEND_NV(G, 4, 1); else ATTEND_NV(G, 4, 0); }           \
     else { if (bf16_dots) ATTEND_NV(G, 8, 1); else ATTEND_NV(G, 8, 0); }
-                    FOR_1_TO_8(group - g0, ATTEND)
+                FOR_1_TO_8(group - g0, ATTEND)
 #undef ATTEND
 #undef ATTEND_NV
-                }
-            } else
+            }
+        } else
 #endif
-                attend_heads_scalar(qg, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, group, head_dim, k_scale,
-                                    v_scale, cache_kind, scores, o);
-            store_row(out, at, o, group * head_dim, act_kind);
-            free(heap);
-        }
+            for (int h = 0; h < per_item; h++)
+                attend_heads_scalar(qg + (int64_t)h * group * head_dim * act_bytes(act_kind), act_kind, softmax_scale,
+                                    (const char *)k_cache + h * head_bytes, (const char *)v_cache + h * head_bytes,
+                                    rows, ctx, group,
+                                    head_dim, k_scale, v_scale, cache_kind, scores, o + h * group * head_dim);
+        store_row(out, at, o, per_item * group * head_dim, act_kind);
+        free(heap);
     }
 }
 
