@@ -30,7 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sequences", type=int, default=16)
     parser.add_argument("--context", type=int, default=160, help="tokens per sequence")
-    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--block-size", type=int, default=32,
+                        help="tokens per KV block: the configs' tokens_per_block (runs before 2026-11-27 05:00 used 16)")
     parser.add_argument("--cache-factor", type=int, default=3, help="cache blocks per block the batch holds")
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--base", type=Path, help="a checkout (worktree) whose kernel to compare this tree's against")
