@@ -12,7 +12,7 @@ from toolkit.bench.records import RecordWriter, RequestRecord
 from toolkit.bench.rundir import RunDir
 from toolkit.report import plots
 from toolkit.report.html import render_html
-from toolkit.report.markdown import COLUMNS, precision, render_markdown, run_labels, sections
+from toolkit.report.markdown import COLUMNS, precision, render_markdown, run_header, run_labels, sections
 
 
 def _records(step: str, level: int, n: int, t0: float, ttft: float, itl: float) -> list[RequestRecord]:
@@ -194,3 +194,12 @@ def test_small_samples_are_flagged(tmp_path):
     run = RunDir.open(make_run(tmp_path, "run", n=5))
     assert run.steps[0]["small_sample"]
     assert "Only 5 requests" in render_markdown([run])
+
+
+def test_run_header_says_an_unquantized_kv_cache_is_one_not_none(tmp_path):
+    """The config's kv_cache_dtype "none" means a cache left in the activations' dtype, not no cache."""
+    for kv, expected in (("none", "- kv cache dtype: `none` (unquantized: the activations' dtype)"),
+                         ("fp8", "- kv cache dtype: `fp8`")):
+        (tmp_path / "summary.json").write_text(json.dumps({"run": {"model": "small", "kv_cache_dtype": kv},
+                                                           "steps": []}))
+        assert expected in run_header(RunDir.open(tmp_path))

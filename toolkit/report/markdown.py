@@ -238,7 +238,9 @@ def run_header(run: RunDir) -> list[str]:
     out = [f"- model: `{info.get('model', '?')}` ({precision(run)})"]
     for key in ("config_name", "kv_cache_dtype", "endpoint", "target", "label"):
         if info.get(key) not in (None, ""):
-            out.append(f"- {key.replace('_', ' ')}: `{info[key]}`")
+            # the config's "none" reads as no KV cache; it means one left unquantized
+            note = " (unquantized: the activations' dtype)" if key == "kv_cache_dtype" and info[key] == "none" else ""
+            out.append(f"- {key.replace('_', ' ')}: `{info[key]}`{note}")
     if run_date(run):
         out.append(f"- started: {run_date(run)}; folder `{run.path}`")
     effect = read_format_effect(run.path)
