@@ -203,3 +203,19 @@ def test_run_header_says_an_unquantized_kv_cache_is_one_not_none(tmp_path):
         (tmp_path / "summary.json").write_text(json.dumps({"run": {"model": "small", "kv_cache_dtype": kv},
                                                            "steps": []}))
         assert expected in run_header(RunDir.open(tmp_path))
+
+
+@pytest.mark.parametrize("lines,below", [(6, False), (12, True)])
+def test_a_long_legend_goes_below_the_axes_and_the_figure_grows_to_hold_it(lines, below):
+    """An A/B of 3 + 3 repetitions draws 12 latency lines: a legend that long inside the axes covers them."""
+    plt, fig, ax = plots._figure()
+    for i in range(lines):
+        ax.plot([1, 4], [i, i + 1], label=f"run {i}")
+    plots._legend(ax, fig)
+    legend = ax.get_legend()
+    assert len(legend.get_texts()) == lines
+    fig.canvas.draw()
+    legend_box, axes_box = legend.get_window_extent(), ax.get_window_extent()
+    assert (legend_box.y1 <= axes_box.y0) == below  # wholly under the axes, or inside them
+    assert fig.get_figheight() == pytest.approx(4.0 + 0.18 * lines / 2 if below else 4.0)
+    plt.close(fig)

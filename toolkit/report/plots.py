@@ -36,6 +36,21 @@ def _png(plt, fig) -> bytes:
     return buffer.getvalue()
 
 
+LEGEND_INSIDE_MAX = 6  # entries; more (an A/B's runs, each with p50 and p99) cover the lines, so they go below
+
+
+def _legend(ax, fig, handles=None, labels=None, **inside) -> None:
+    """The axes' legend inside them (at `inside`'s place) where it is short, else below them in two columns, the
+    figure grown to hold it."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if len(handles) <= LEGEND_INSIDE_MAX:
+        ax.legend(handles, labels, fontsize=7, **inside)
+        return
+    fig.set_figheight(fig.get_figheight() + 0.18 * -(-len(handles) // 2))
+    ax.legend(handles, labels, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+
+
 def _colors(n: int) -> list:
     import matplotlib
 
@@ -100,7 +115,7 @@ def latency_vs_load(runs: list[RunDir], labels: list[str], tag: str, name: str, 
     ax.set_ylabel(f"{name} ({METRICS[tag].unit}) — lower is better")
     ax.set_title(f"{name} p50 / p99 vs {mode}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend(ax, fig)
     return _png(plt, fig)
 
 
@@ -164,7 +179,7 @@ def throughput_vs_interactivity(runs: list[RunDir], labels: list[str]) -> bytes 
                     label=f"Pareto frontier ISL {isl}/OSL {osl}")
     handles, names = ax.get_legend_handles_labels()
     unique = dict(zip(names, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower left")
+    _legend(ax, fig, list(unique.values()), list(unique.keys()), loc="lower left")
     ax.annotate("better", xy=(0.97, 0.95), xytext=(0.82, 0.78), xycoords="axes fraction", fontsize=8,
                 arrowprops={"arrowstyle": "->", "color": "tab:green"}, color="tab:green")
     per = " / ".join(sorted(units))
