@@ -134,21 +134,21 @@ def render_table(plan: dict) -> str:
     peak = r["crossover"] * g["bandwidth_tbs"] * 1e12
     cross = ceil_batch(r["crossover_batch"])
     gpus = g.get("kind") != "cpu"  # the CPU engine is one process: per-GPU figures would repeat the totals
+    per_gpu = " per GPU" if gpus else ""
     rows = [
         ("model", f"{plan['model']['name']} ({plan['model']['total_params'] / 1e9:.2f} B params)"),
         ("device", _device_row(g, d)),
         ("formats", f"weights {d['weights']} ({_rate(peak)} for its matmuls), KV {d['kv_dtype']}"),
         ("weights", f"{_gb(m['weight_bytes_total'])}"
                     + (f" total, {_gb(m['weight_bytes_per_gpu'])} per GPU" if gpus else "")),
-        ("activations", f"{_gb(m['activation_bytes_per_gpu'])}{' per GPU' if gpus else ''} "
-                        f"at max_num_tokens {d['max_num_tokens']:,}"),
+        ("activations", f"{_gb(m['activation_bytes_per_gpu'])}{per_gpu} at max_num_tokens {d['max_num_tokens']:,}"),
         ("KV per token", f"{m['kv_bytes_per_token'] / 1e6:.3f} MB"
                          + (f" ({m['kv_bytes_per_token_per_gpu'] / 1e6:.3f} MB per GPU)" if gpus else "")),
         ("KV per sequence", f"{_gb(m['kv_bytes_per_sequence'])} at {d['max_seq_len']:,} tokens"),
         ("KV capacity", f"{m['kv_capacity_tokens']:,} tokens = {m['kv_capacity_sequences']:,} sequences of "
                         f"{d['max_seq_len']:,}" + (f" (fixed paged cache of {d['kv_cache_tokens']:,} tokens)"
                                                    if d.get("kv_cache_tokens") else
-                                                   f" ({_gb(m['kv_cache_bytes_per_gpu'])}{' per GPU' if gpus else ''} at fraction "
+                                                   f" ({_gb(m['kv_cache_bytes_per_gpu'])}{per_gpu} at fraction "
                                                    f"{d['kv_free_mem_fraction']} of {_gb(max(m['free_bytes_per_gpu'], 0))} free)")),
         ("fits", ("yes" if m["fits"] else "NO") + f"; batch {d['batch']} × {d['isl'] + d['osl']:,} tokens "
                  + ("fits" if m["batch_fits"] else "does NOT fit")

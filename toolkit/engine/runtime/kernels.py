@@ -305,9 +305,8 @@ class Int4Linear(Linear):
         if self.int8_activations:
             # decode rows and prompt chunks on the int4 x int8 kernel (at 128 prompt rows 2.5x the weights widened
             # for the dense bf16 GEMM, and a row's output the same in either), W4A8's fp8 rounding inside its pass
+            # (int4's act_quant is None or fp8: checkpoint.QUANT_ALGOS)
             fp8_scale = self.input_scale_value if self.act_quant == "fp8" else None
-            if self.act_quant not in (None, "fp8"):
-                x = self.native.round_activations(x, self.act_quant, self.input_scale_value)
             y = self.native.gemm_int4_a8(x.reshape(-1, shape[-1]), self.packed, self.scales_fp32, self.group_size,
                                          self.out_features, fp8_scale)
             return y.reshape(*shape[:-1], self.out_features)
