@@ -247,7 +247,9 @@ def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch
                        kernels.gemm_int4_a8(kernels.round_activations(x, "fp8", 0.02), packed, lanes, 128, n))
 
 def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
-    """Decode-sized inputs go to the C GEMMs, prefill-sized ones to torch's (faster there, measured)."""
+    """Decode-sized inputs go to the C GEMMs; prefill-sized ones to whichever kernel runs that format's prompt chunks
+    (the same C kernel for INT8-SQ, int4 x int8 and fp8 where prompt GEMMs run in bf16; else the weights widened for
+    torch's GEMM: faster there, measured)."""
     import torch
 
     from toolkit.engine.runtime import kernels as linear_kernels

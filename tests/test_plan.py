@@ -233,7 +233,7 @@ def test_plan_outputs(tmp_path):
     assert HardwareSpec(**json.loads(json.dumps(cpu.to_dict()))) == cpu
     assert paths["roofline"].read_bytes()[:4] == b"\x89PNG"
     assert "KV capacity" in render_table(plan)
-    assert "16.06 GB" not in render_table(plan) and "per GPU" in render_table(plan)
+    assert "per GPU" in render_table(plan) and "smallest TP that fits" in render_table(plan)
     # The CPU engine is one process: no per-GPU repeats of the totals, no tensor parallelism to pick.
     cpu_table = render_table(make_plan(known_model_spec("mistral-7b"), cpu, Deployment(weights="int4_awq")))
     assert "KV capacity" in cpu_table and "per GPU" not in cpu_table and "smallest TP" not in cpu_table
