@@ -6,9 +6,12 @@
  *
  *   gcc -std=gnu11 -O3 -march=native -fopenmp -fno-math-errno -DKERNELS='"../toolkit/engine/runtime/csrc/decode_kernels.c"' \
  *       -DTAG='"head"' -o /tmp/attention_loop perf/attention_loop.c -lm
- *   OMP_NUM_THREADS=2 /tmp/attention_loop SEQUENCES CONTEXT LAYERS SCATTERED     # e.g. 16 160 16 1
+ *   OMP_NUM_THREADS=2 /tmp/attention_loop SEQUENCES CONTEXT LAYERS SCATTERED [EVICT_MIB]    # e.g. 16 160 16 1
  *
- * Prints the best of 30 steps, in us a layer and GB/s of K and V read. */
+ * BLOCK=32 in the environment: 32 tokens a block (the configs' tokens_per_block) instead of 16.
+ * Prints the best of 30 steps, in us a layer and GB/s of K and V read. With EVICT_MIB, each layer's call is timed
+ * alone after a read of that many MiB (untimed), as in a served step, where the layer's weights stream through the
+ * caches between one step's attention and the next: the cache comes from memory, not from L2 / L3. */
 #include KERNELS
 #include <stdio.h>
 #include <sys/mman.h>
@@ -20,12 +23,16 @@ static double seconds(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s SEQUENCES CONTEXT LAYERS SCATTERED(0/1)\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s SEQUENCES CONTEXT LAYERS SCATTERED(0/1) [EVICT_MIB]\n", argv[0]);
         return 2;
     }
     int seqs = atoi(argv[1]), ctx = atoi(argv[2]), layers = atoi(argv[3]), scattered = atoi(argv[4]);
-    int heads = 12, kv_heads = 4, head_dim = 64, block = 16, per_seq = (ctx + block - 1) / block;
+    size_t evict = argc == 6 ? (size_t)atoi(argv[5]) << 20 : 0;
+    float *other = evict ? malloc(evict) : NULL;  /* what streams through the caches between the calls */
+    for (size_t i = 0; i < evict / 4; i++) other[i] = 1.0f;
+    volatile float sink = 0.0f;
+    int heads = 12, kv_heads = 4, head_dim = 64, block = getenv("BLOCK") ? atoi(getenv("BLOCK")) : 16, per_seq = (ctx + block - 1) / block;
     int blocks = seqs * per_seq * 3;  /* a cache three times what the batch holds, as attention_bench.py */
     size_t layer_elems = (size_t)blocks * block * kv_heads * head_dim, bytes = 2 * layers * layer_elems * 2;
     size_t huge = (size_t)1 << 21;
@@ -46,17 +53,24 @@ int main(int argc, char **argv) {
     for (int i = 0; i < seqs * heads * head_dim; i++) q[i] = (uint16_t)(0x3f80 + i % 64);
     double best = 1e9;
     for (int rep = 0; rep < 30; rep++) {
-        double start = seconds();
+        double took = 0.0;
         for (int l = 0; l < layers; l++) {
             uint16_t *k = cache + (size_t)2 * l * layer_elems, *v = k + layer_elems;
+            if (evict) {
+                float s = 0.0f;
+                #pragma omp parallel for reduction(+ : s)
+                for (size_t i = 0; i < evict / 4; i += 16) s += other[i];
+                sink += s;
+            }
+            double start = seconds();
             decode_attention(q, k, v, tables, lens, out, seqs, heads, kv_heads, head_dim, per_seq, block, 1.0f, 1.0f,
                              BF16, BF16);
+            took += seconds() - start;
         }
-        double took = seconds() - start;
         best = took < best ? took : best;
     }
     double kv = 2.0 * layers * seqs * ctx * kv_heads * head_dim * 2;
-    printf("%-10s %2d sequences x %4d tokens, %2d layers, blocks %s: %.1f us a layer, %.1f GB/s\n", TAG, seqs, ctx,
-           layers, scattered ? "scattered" : "in order", best / layers * 1e6, kv / best / 1e9);
+    printf("%-10s %2d sequences x %4d tokens, %2d layers, blocks %s%s: %.1f us a layer, %.1f GB/s\n", TAG, seqs, ctx,
+           layers, scattered ? "scattered" : "in order", evict ? ", from memory" : "", best / layers * 1e6, kv / best / 1e9);
     return 0;
 }
