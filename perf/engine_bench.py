@@ -44,6 +44,11 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   kernel as prefill calls it: 128 rows, weights streamed, quantized formats widening per call), plus
   causal attention at the attention kernel's probed rate and, per prompt token, the per-sequence step
   cost measured above.
+- batch-1 step over bf16's, paired: every format's runner loaded side by side, ROUNDS rounds of one SLICE of
+  batch-1 steps per format (order rotating), each round's ratio to bf16's slice tens of milliseconds before or
+  after; the median and quartiles over rounds, and per memory state (a read after each round). The table's
+  columns are minutes apart and can fall in different memory states (INT4-AWQ 0.44x bf16 across columns, 0.26x
+  paired, 2026-11-27): the "INT4 <= 0.4x, 8-bit <= 0.6x" targets are read from this line.
 """
 
 from __future__ import annotations
@@ -93,17 +98,10 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
     one floor and 1.7x the next). Medians over `pairs` slices: the step, the rate, and the step / floor ratio; and the
     same per memory state (["states"]["slow" / "fast"], by FAST_ABOVE), where a state held at least 3 slices: a step
     that is memory-bound in the slow state can be bound by its kernel's arithmetic in the fast one."""
-    prefill, decode, _ = _steps(1, isl)
-    runner.forward(prefill(0))
+    slice_median = _batch1_slices(runner, isl)
     steps, rates, ratios = [], [], []
     for _ in range(pairs):
-        times = []
-        for pos in range(isl, isl + SLICE):  # the same positions again: the step's bytes do not change
-            step = decode(pos)
-            start = time.perf_counter()
-            runner.forward(step)
-            times.append(time.perf_counter() - start)
-        steps.append(statistics.median(times[1:]))
+        steps.append(slice_median())
         rates.append(read_once())
         ratios.append(steps[-1] / (step_bytes / rates[-1]))
     states = {}
@@ -115,6 +113,87 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
                              "ratio": statistics.median(ratios[i] for i in picked)}
     return {"pairs": pairs, "step_ms": statistics.median(steps) * 1e3, "bandwidth": statistics.median(rates),
             "ratio": statistics.median(ratios), "states": states}
+
+
+def _batch1_slices(runner, isl: int):
+    """One sequence prefilled with `isl` tokens on `runner`; returns fn() -> the median of SLICE batch-1 decode steps
+    at the same positions (the step's bytes do not change from slice to slice), the first left out: whatever ran
+    between slices (a memory read, another format's steps) evicted the caches."""
+    prefill, decode, _ = _steps(1, isl)
+    runner.forward(prefill(0))
+    plan = [decode(pos) for pos in range(isl, isl + SLICE)]
+
+    def slice_median() -> float:
+        times = []
+        for step in plan:
+            start = time.perf_counter()
+            runner.forward(step)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    return slice_median
+
+
+ROUNDS = 32  # rounds of the paired comparison across formats (_paired_formats)
+
+
+def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, threads: int | None, read_once=None,
+                    rounds: int = ROUNDS) -> dict:
+    """Every format's batch-1 step against bf16's ("none"), paired: one runner per format loaded side by side, and
+    `rounds` rounds of one slice per format (SLICE steps, the order rotating every round), each format's slice median
+    over bf16's in the same round, tens of milliseconds apart. The table's columns come from one format after
+    another, minutes apart, and this VM's memory flips between ~30 and ~50 GB/s within seconds: INT4-AWQ read
+    0.44x bf16 across columns on 2026-11-27 (bf16 in the fast state, int4 in the slow one), 0.26x in one state.
+    {"all": {qformat: {"ratio": median ratio, "low" / "high": its quartiles, "step_ms": median slice}}}, bf16's
+    ratio 1; with read_once (fn() -> bytes/s, one read after each round), the same per memory state ("slow" /
+    "fast", by FAST_ABOVE) where a state held at least 3 rounds: a format can be memory-bound in one and bound by
+    its kernel's arithmetic in the other."""
+    from toolkit.engine.runtime.model_runner import ModelRunner
+
+    blocks = -(-(isl + 256) // BLOCK)
+    slices = {}
+    for qformat, checkpoint in checkpoints.items():
+        runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, native=native, threads=threads)
+        runner.warm_up(1, isl)
+        slices[qformat] = _batch1_slices(runner, isl)
+    names = list(slices)
+    steps: dict[str, list[float]] = {q: [] for q in names}
+    fast = []
+    for r in range(rounds):
+        for q in names[r % len(names):] + names[:r % len(names)]:
+            steps[q].append(slices[q]())
+        if read_once is not None:
+            fast.append(read_once() > FAST_ABOVE)
+
+    def summary(picked: list[int]) -> dict:
+        out = {}
+        for q in names:
+            ratios = [steps[q][i] / steps["none"][i] for i in picked]
+            quartiles = statistics.quantiles(ratios, n=4, method="inclusive")
+            out[q] = {"ratio": statistics.median(ratios), "low": quartiles[0], "high": quartiles[2],
+                      "step_ms": statistics.median(steps[q][i] for i in picked) * 1e3}
+        return out
+
+    result = {"all": summary(list(range(rounds)))}
+    for state, caught in (("slow", False), ("fast", True)):
+        picked = [i for i, f in enumerate(fast) if f == caught]
+        if len(picked) >= 3:
+            result[state] = {"rounds": len(picked), **summary(picked)}
+    return result
+
+
+def _paired_formats_line(paired: dict) -> str:
+    """"fp8 0.56 [0.52, 0.61] (3.44 ms), ...; bf16 6.15 ms", each format's median ratio to bf16 with its quartiles
+    and median step, over all rounds and per memory state."""
+    def line(figures: dict) -> str:
+        return (", ".join(f"{q} {p['ratio']:.2f} [{p['low']:.2f}, {p['high']:.2f}] ({p['step_ms']:.2f} ms)"
+                          for q, p in figures.items() if q != "none" and isinstance(p, dict))
+                + f"; bf16 {figures['none']['step_ms']:.2f} ms")
+
+    def label(state: str, figures: dict) -> str:
+        return f"{state} ({figures['rounds']} rounds)" if "rounds" in figures else state
+
+    return "; ".join(f"{label(state, figures)}: {line(figures)}" for state, figures in paired.items())
 
 
 def _paired_cell(paired: dict) -> str:
@@ -512,6 +591,12 @@ def main() -> None:
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence"
               + (f"; in the step, GEMM GFLOP/s (probe's) and attention ms: {_in_step_cell(r)}" if r["in_step"] else ""),
               flush=True)
+    paired_formats = {}
+    if "none" in rows and len(rows) > 1:
+        paired_formats = _paired_formats({q: build / "checkpoints" / f"{args.model}-{q}" for q in rows}, args.isl,
+                                         native, threads, read_once)
+        print(f"batch-1 step over bf16's, paired round by round ({ROUNDS} rounds, median [quartiles] (median step)): "
+              + _paired_formats_line(paired_formats), flush=True)
     peers = {}
     if not args.no_peers and (PEERS / "venv/bin/python").is_file():
         for kind in [k for k in ("f16", "bf16", "q8_0", "q4_0") if any(k in PEER_FOR[q] for q in rows)]:  # same bits
@@ -537,8 +622,11 @@ def main() -> None:
                       flush=True)
     print()
     print(markdown_table(rows, peers, openvino, batches))
+    if paired_formats:
+        print(f"\nBatch-1 step over bf16's, paired round by round: {_paired_formats_line(paired_formats)}")
     if args.json:
-        args.json.write_text(json.dumps({"probe": probe, "rows": rows, "peers": peers, "openvino": openvino},
+        args.json.write_text(json.dumps({"probe": probe, "rows": rows, "peers": peers, "openvino": openvino,
+                                         "paired_formats": paired_formats},
                                         indent=2, default=str))
 
 
