@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 ACTIVATION_KINDS = {"torch.float32": 0, "torch.bfloat16": 1}
 CACHE_KINDS = {"torch.float32": 0, "torch.bfloat16": 1, "torch.int8": 2, "torch.float8_e4m3fn": 3}
-ACT_QUANT = {None: 0, "int8": 1, "fp8": 2}
+ACT_QUANT = {None: 0, "int8": 1, "fp8": 2}  # decode_kernels.c: ACT_NONE, ACT_INT8, ACT_FP8
 _FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno"]
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.

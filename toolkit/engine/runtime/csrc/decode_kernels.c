@@ -21,6 +21,8 @@
 #endif
 
 enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
+/* How a linear's activations are rounded before its GEMM, as ModelOpt calibrated them (native_kernels.ACT_QUANT). */
+enum { ACT_NONE = 0, ACT_INT8 = 1, ACT_FP8 = 2 };
 #define INLINE static inline __attribute__((always_inline))
 /* CALL(n) with n = 1 .. 8 a constant (8 for anything above): loops over n vectors, in a function inlined
  * with n a constant, keep them in registers. With n a runtime value they lived on the stack (the int4
@@ -723,18 +725,18 @@ static inline __m512 fp8_steps16(__m512 v, __m512 s) {
 #endif
 
 /* Activations widened to fp32, and rounded first as ModelOpt calibrated them (static per-tensor scale):
- * act_quant 0 none, 1 int8 (SmoothQuant), 2 fp8_e4m3 — what fake_quant_activation does in torch. */
+ * act_quant ACT_NONE, ACT_INT8 (SmoothQuant) or ACT_FP8 (e4m3): what fake_quant_activation does in torch. */
 static float *widen_activations(const void *x, int64_t M, int K, int kind, int act_quant, float input_scale) {
     float *xf = (float *)malloc(sizeof(float) * (size_t)(M * K));
     for (int64_t m = 0; m < M; m++) {
         float *row = xf + m * K;
         load_row(row, x, m * K, K, kind, 1.0f);
-        if (act_quant == 1)
+        if (act_quant == ACT_INT8)
             for (int k = 0; k < K; k++) {
                 float q = nearbyintf(row[k] / input_scale);
                 row[k] = round_to((q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) * input_scale, kind);
             }
-        else if (act_quant == 2) {
+        else if (act_quant == ACT_FP8) {
             int k = 0;
 #ifdef __AVX512F__
             const __m512 s = _mm512_set1_ps(input_scale);
@@ -777,7 +779,7 @@ static void shifted_activations(const uint16_t *x, int64_t M, int K, int act_qua
         uint16_t *out = xs + m * K;
         int k = 0;
 #if defined(__AVX512BF16__)
-        if (act_quant == 2) {
+        if (act_quant == ACT_FP8) {
             const __m512 s = _mm512_set1_ps(input_scale), out_scale = _mm512_set1_ps(input_scale * shift);
             for (; k + 16 <= K; k += 16) {
                 const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(

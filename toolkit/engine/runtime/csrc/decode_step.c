@@ -94,7 +94,7 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         return;
     }
     /* W4A8 on the int4 x int8 kernel: the kernel rounds the activations to fp8 in its own pass over them */
-    const int fp8_in_kernel = l->kind == LIN_INT4_A8 && l->act_quant == 2;
+    const int fp8_in_kernel = l->kind == LIN_INT4_A8 && l->act_quant == ACT_FP8;
     switch (l->kind) {
     case LIN_BF16: gemm_bf16((const uint16_t *)x, M, l->k, (const uint16_t *)l->weight, l->n, (uint16_t *)y); break;
     case LIN_INT8:
@@ -103,7 +103,7 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
     case LIN_INT4:
     case LIN_INT4_AMX:
     case LIN_INT4_A8:
-        if (l->act_quant && !fp8_in_kernel) {
+        if (l->act_quant != ACT_NONE && !fp8_in_kernel) {
             /* W4A8: activations rounded to fp8 first, as kernels.Int4Linear does in torch */
             float *rounded = widen_activations(x, M, l->k, act, l->act_quant, l->input_scale);
             for (int64_t m = 0; m < M; m++) store_row(x, m * l->k, rounded + m * l->k, l->k, act);
