@@ -683,7 +683,13 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
  * bf16 and INT8-SQ take it at every row count: bf16's whole decode steps of `small` at 4, 8 and 16 sequences
  * ran 25 %, 18 % and 4 % faster with it than with WEIGHT_PREFETCH (2026-11-26, Zen 4, two builds' runners in
  * one process, alternating); fp8's did not move then, and since the night of 2026-11-26 takes it too (steps at 4 /
- * 8 / 12 sequences -11..-13 / 0..-6 / -2..-3 %, both memory states, against WEIGHT_PREFETCH into L1). */
+ * 8 / 12 sequences -11..-13 / 0..-6 / -2..-3 %, both memory states, against WEIGHT_PREFETCH into L1).
+ * At one row the lanes kernels (int4 x int8, INT8-SQ) take none since 2026-11-27: their weights are one sequential
+ * stream per thread, which the hardware prefetchers keep up with, and in the fast memory state both kernels
+ * streamed at 30-39 GB/s with it against a 51-64 GB/s read (a step's GEMMs from C). Whole batch-1 steps without it,
+ * alternating with it in one process (perf/ab_steps.py --slices 48, both memory states): INT8-SQ -5..-7 %, INT4-AWQ
+ * -5..-14 % (one run of four 1.00), W4A8 -3..-11 %. fp8's tile, 4 weight rows side by side, ran 1.7x slower
+ * without it at one row: it keeps it. */
 #define STREAM_PREFETCH 8192
 #ifdef __AVX512F__
 /* The one prefetch policy of the streaming GEMMs: the weights at `at` fetched STREAM_PREFETCH ahead into L2
@@ -1131,7 +1137,7 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
         for (int m = 0; m < rows; m++)
             for (int h = 0; h < chains; h++) a[m * chains + h] = h ? _mm512_setzero_si512() : _mm512_set1_epi32(x8[m * chunks + c]);
         for (int d = 0; d < 16; d++) {
-            prefetch_weights(wc + d * 64, streaming, 0);
+            if (rows > 1) prefetch_weights(wc + d * 64, streaming, 0);
             const __m512i v = _mm512_loadu_si512((const void *)(wc + d * 64));
             const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
             const int h0 = (2 * d) % chains, h1 = (2 * d + 1) % chains;
@@ -1468,7 +1474,7 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
     for (int64_t d = 0; d < kpad / 4; d++) {
         __m512i wv[2];
         for (int j = 0; j < nbk; j++) {
-            prefetch_weights(wb + (int64_t)j * 16 * kpad + d * 64, streaming, 0);
+            if (rows > 1) prefetch_weights(wb + (int64_t)j * 16 * kpad + d * 64, streaming, 0);
             wv[j] = _mm512_loadu_si512((const void *)(wb + (int64_t)j * 16 * kpad + d * 64));
         }
         const int h = (int)(d % chains);
