@@ -24,6 +24,15 @@ enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
 /* How a linear's activations are rounded before its GEMM, as ModelOpt calibrated them (native_kernels.ACT_QUANT). */
 enum { ACT_NONE = 0, ACT_INT8 = 1, ACT_FP8 = 2 };
 #define INLINE static inline __attribute__((always_inline))
+/* `call` for i = 0 .. n - 1 (an int64_t named by i), over the OpenMP team where n >= from, else on this thread
+ * alone. Not an `if` clause: libgomp starts a one-thread team for `if (0)` too, ~0.5 us a loop (2026-11-27, Zen 4:
+ * rms_norm of one row 0.75 us that way, 0.25 without), and a batch-1 decode step of `small` ran about ten such
+ * per-row loops a layer (norms, RoPE, SwiGLU's middle, the GEMMs' activation rounding). */
+#define FOR_ROWS(i, n, from, call)                                                            \
+    if ((n) >= (from)) {                                                                      \
+        _Pragma("omp parallel for schedule(static)") for (int64_t i = 0; i < (n); i++) call; \
+    } else                                                                                    \
+        for (int64_t i = 0; i < (n); i++) call
 /* CALL(n) with n = 1 .. 8 a constant (8 for anything above): loops over n vectors, in a function inlined
  * with n a constant, keep them in registers. With n a runtime value they lived on the stack (the int4
  * GEMM ran at a third of torch's speed that way). */
@@ -157,42 +166,61 @@ static inline void combine_rounded(float *row, const float *a, const float *b, i
     for (; i < n; i++) row[i] = round_to(add ? a[i] + b[i] : a[i] * b[i], kind);
 }
 
+static void rms_norm_row(const void *x, const void *w, void *out, int64_t t, int hidden, float eps, int kind) {
+    float row[hidden], wf[hidden];
+    load_row(row, x, t * hidden, hidden, kind, 1.0f);
+    load_row(wf, w, 0, hidden, kind, 1.0f);
+    float ss = 0.0f;
+    #pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < hidden; i++) ss += row[i] * row[i];
+    float r = 1.0f / sqrtf(ss / (float)hidden + eps);
+    int i = 0;
+#ifdef __AVX512F__
+    for (; i + 16 <= hidden; i += 16) {
+        __m512 normed = round_to16(_mm512_mul_ps(_mm512_loadu_ps(row + i), _mm512_set1_ps(r)), kind);
+        _mm512_storeu_ps(row + i, round_to16(_mm512_mul_ps(_mm512_loadu_ps(wf + i), normed), kind));
+    }
+#endif
+    for (; i < hidden; i++) row[i] = round_to(wf[i] * round_to(row[i] * r, kind), kind);
+    store_row(out, t * hidden, row, hidden, kind);
+}
+
 /* out[t] = w * to_dtype(x[t] * rsqrt(mean(x[t]^2) + eps)), as HF Llama's RMSNorm rounds. */
 void rms_norm(const void *x, const void *w, void *out, int64_t tokens, int hidden, float eps, int kind) {
-    #pragma omp parallel for if (tokens > 4)
-    for (int64_t t = 0; t < tokens; t++) {
-        float row[hidden], wf[hidden];
-        load_row(row, x, t * hidden, hidden, kind, 1.0f);
-        load_row(wf, w, 0, hidden, kind, 1.0f);
-        float ss = 0.0f;
-        #pragma omp simd reduction(+ : ss)
-        for (int i = 0; i < hidden; i++) ss += row[i] * row[i];
-        float r = 1.0f / sqrtf(ss / (float)hidden + eps);
-        int i = 0;
-#ifdef __AVX512F__
-        for (; i + 16 <= hidden; i += 16) {
-            __m512 normed = round_to16(_mm512_mul_ps(_mm512_loadu_ps(row + i), _mm512_set1_ps(r)), kind);
-            _mm512_storeu_ps(row + i, round_to16(_mm512_mul_ps(_mm512_loadu_ps(wf + i), normed), kind));
-        }
-#endif
-        for (; i < hidden; i++) row[i] = round_to(wf[i] * round_to(row[i] * r, kind), kind);
-        store_row(out, t * hidden, row, hidden, kind);
-    }
+    FOR_ROWS(t, tokens, 5, rms_norm_row(x, w, out, t, hidden, eps, kind));
+}
+
+static void add_row(void *h, const void *delta, int64_t t, int hidden, int kind) {
+    float row[hidden], d[hidden];
+    load_row(row, h, t * hidden, hidden, kind, 1.0f);
+    load_row(d, delta, t * hidden, hidden, kind, 1.0f);
+    combine_rounded(row, row, d, hidden, kind, 1);
+    store_row(h, t * hidden, row, hidden, kind);
 }
 
 /* The residual add and the next RMSNorm in one pass: h[t] = to_dtype(h[t] + delta[t]) in place (as
  * `h = h + delta` rounds), then out[t] = rms_norm(h[t]). */
 void add_rms_norm(void *h, const void *delta, const void *w, void *out, int64_t tokens, int hidden, float eps,
                   int kind) {
-    #pragma omp parallel for if (tokens > 4)
-    for (int64_t t = 0; t < tokens; t++) {
-        float row[hidden], d[hidden];
-        load_row(row, h, t * hidden, hidden, kind, 1.0f);
-        load_row(d, delta, t * hidden, hidden, kind, 1.0f);
-        combine_rounded(row, row, d, hidden, kind, 1);
-        store_row(h, t * hidden, row, hidden, kind);
-    }
+    FOR_ROWS(t, tokens, 5, add_row(h, delta, t, hidden, kind));
     rms_norm(h, w, out, tokens, hidden, eps, kind);
+}
+
+static void rope_row(void *x, int64_t row_stride, const int64_t *positions, const void *cos_t, const void *sin_t,
+                     int64_t t, int heads, int head_dim, int kind) {
+    const int half = head_dim / 2;
+    float c[head_dim], s[head_dim], row[head_dim], outr[head_dim];
+    load_row(c, cos_t, positions[t] * head_dim, head_dim, kind, 1.0f);
+    load_row(s, sin_t, positions[t] * head_dim, head_dim, kind, 1.0f);
+    for (int h = 0; h < heads; h++) {
+        int64_t at = t * row_stride + (int64_t)h * head_dim;
+        load_row(row, x, at, head_dim, kind, 1.0f);
+        for (int i = 0; i < half; i++) {
+            outr[i] = row[i] * c[i] - row[i + half] * s[i];
+            outr[i + half] = row[i + half] * c[i + half] + row[i] * s[i + half];
+        }
+        store_row(x, at, outr, head_dim, kind);
+    }
 }
 
 /* In place on x, `heads` heads of head_dim per token, token t's first head at t * row_stride (so the q or
@@ -200,22 +228,7 @@ void add_rms_norm(void *h, const void *delta, const void *w, void *out, int64_t 
  * at positions[t], cos/sin tables [max_pos, head_dim] in the activation dtype. */
 void rope(void *x, int64_t row_stride, const int64_t *positions, const void *cos_t, const void *sin_t,
           int64_t tokens, int heads, int head_dim, int kind) {
-    int half = head_dim / 2;
-    #pragma omp parallel for if (tokens > 4)
-    for (int64_t t = 0; t < tokens; t++) {
-        float c[head_dim], s[head_dim], row[head_dim], outr[head_dim];
-        load_row(c, cos_t, positions[t] * head_dim, head_dim, kind, 1.0f);
-        load_row(s, sin_t, positions[t] * head_dim, head_dim, kind, 1.0f);
-        for (int h = 0; h < heads; h++) {
-            int64_t at = t * row_stride + (int64_t)h * head_dim;
-            load_row(row, x, at, head_dim, kind, 1.0f);
-            for (int i = 0; i < half; i++) {
-                outr[i] = row[i] * c[i] - row[i + half] * s[i];
-                outr[i + half] = row[i + half] * c[i + half] + row[i] * s[i + half];
-            }
-            store_row(x, at, outr, head_dim, kind);
-        }
-    }
+    FOR_ROWS(t, tokens, 5, rope_row(x, row_stride, positions, cos_t, sin_t, t, heads, head_dim, kind));
 }
 
 /* ---- paged decode attention ----------------------------------------------------------------------
@@ -640,22 +653,23 @@ static inline __m512 silu16(__m512 g) {
 }
 #endif
 
-void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kind) {
-    #pragma omp parallel for if (tokens > 4)
-    for (int64_t t = 0; t < tokens; t++) {
-        float g[inter], u[inter];
-        load_row(g, gate_up, t * 2 * inter, inter, kind, 1.0f);
-        load_row(u, gate_up, t * 2 * inter + inter, inter, kind, 1.0f);
-        int i = 0;
+static void silu_mul_row(const void *gate_up, void *out, int64_t t, int inter, int kind) {
+    float g[inter], u[inter];
+    load_row(g, gate_up, t * 2 * inter, inter, kind, 1.0f);
+    load_row(u, gate_up, t * 2 * inter + inter, inter, kind, 1.0f);
+    int i = 0;
 #ifdef __AVX512F__
-        for (; i + 16 <= inter; i += 16) {
-            __m512 a = round_to16(silu16(_mm512_loadu_ps(g + i)), kind);
-            _mm512_storeu_ps(g + i, round_to16(_mm512_mul_ps(a, _mm512_loadu_ps(u + i)), kind));
-        }
-#endif
-        for (; i < inter; i++) g[i] = round_to(round_to(g[i] / (1.0f + expf(-g[i])), kind) * u[i], kind);
-        store_row(out, t * inter, g, inter, kind);
+    for (; i + 16 <= inter; i += 16) {
+        __m512 a = round_to16(silu16(_mm512_loadu_ps(g + i)), kind);
+        _mm512_storeu_ps(g + i, round_to16(_mm512_mul_ps(a, _mm512_loadu_ps(u + i)), kind));
     }
+#endif
+    for (; i < inter; i++) g[i] = round_to(round_to(g[i] / (1.0f + expf(-g[i])), kind) * u[i], kind);
+    store_row(out, t * inter, g, inter, kind);
+}
+
+void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kind) {
+    FOR_ROWS(t, tokens, 5, silu_mul_row(gate_up, out, t, inter, kind));
 }
 
 /* ---- weight-only GEMMs for few rows (decode) ------------------------------------------------------
@@ -758,17 +772,42 @@ static float *widen_activations(const void *x, int64_t M, int K, int kind, int a
     return xf;
 }
 
+static void round_activations_row(const void *x, int64_t m, int K, int kind, int act_quant, float input_scale,
+                                  void *out) {
+    float *row = widen_activations((const char *)x + m * K * act_bytes(kind), 1, K, kind, act_quant,
+                                   input_scale);
+    store_row(out, m * K, row, K, kind);
+    free(row);
+}
+
 /* Prefill's side of the 8-bit formats (rows of a prompt chunk, where the dense bf16 GEMM is fastest):
  * x rounded as calibrated, in x's dtype (what kernels.fake_quant_activation returns, in one pass instead
  * of five torch ops), and int8 weights widened to bf16 with their row scale folded in (q * scale, rounded
  * once: one pass over the weights, where `.to(bf16)` then scaling the output took two). */
 void round_activations(const void *x, int64_t M, int K, int kind, int act_quant, float input_scale, void *out) {
-    #pragma omp parallel for if (M > 4)
-    for (int64_t m = 0; m < M; m++) {
-        float *row = widen_activations((const char *)x + m * K * act_bytes(kind), 1, K, kind, act_quant,
-                                       input_scale);
-        store_row(out, m * K, row, K, kind);
-        free(row);
+    FOR_ROWS(m, M, 5, round_activations_row(x, m, K, kind, act_quant, input_scale, out));
+}
+
+static void shifted_activations_row(const uint16_t *x, int64_t m, int K, int act_quant, float input_scale,
+                                    float shift, uint16_t *xs) {
+    const uint16_t *row = x + m * K;
+    uint16_t *out = xs + m * K;
+    int k = 0;
+#if defined(__AVX512BF16__)
+    if (act_quant == ACT_FP8) {
+        const __m512 s = _mm512_set1_ps(input_scale), out_scale = _mm512_set1_ps(input_scale * shift);
+        for (; k + 16 <= K; k += 16) {
+            const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + k))), 16));
+            _mm256_storeu_si256((__m256i *)(out + k), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(fp8_steps16(v, s), out_scale)));
+        }
+    }
+#endif
+    if (k < K) { /* the rest of the row (or all of it, other roundings): as widen_activations */
+        float *rest = widen_activations(row + k, 1, K - k, BF16, act_quant, input_scale);
+        for (int i = 0; i < K - k; i++) rest[i] *= shift;
+        store_row(out, k, rest, K - k, BF16);
+        free(rest);
     }
 }
 
@@ -779,28 +818,7 @@ void round_activations(const void *x, int64_t M, int K, int kind, int act_quant,
  * one thread) took 7 of an fp8 decode GEMM call's 22 us (2026-11-26). Bit-identical to them. */
 static void shifted_activations(const uint16_t *x, int64_t M, int K, int act_quant, float input_scale, float shift,
                                 uint16_t *xs) {
-    #pragma omp parallel for schedule(static) if (M >= 4)
-    for (int64_t m = 0; m < M; m++) {
-        const uint16_t *row = x + m * K;
-        uint16_t *out = xs + m * K;
-        int k = 0;
-#if defined(__AVX512BF16__)
-        if (act_quant == ACT_FP8) {
-            const __m512 s = _mm512_set1_ps(input_scale), out_scale = _mm512_set1_ps(input_scale * shift);
-            for (; k + 16 <= K; k += 16) {
-                const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(
-                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + k))), 16));
-                _mm256_storeu_si256((__m256i *)(out + k), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(fp8_steps16(v, s), out_scale)));
-            }
-        }
-#endif
-        if (k < K) { /* the rest of the row (or all of it, other roundings): as widen_activations */
-            float *rest = widen_activations(row + k, 1, K - k, BF16, act_quant, input_scale);
-            for (int i = 0; i < K - k; i++) rest[i] *= shift;
-            store_row(out, k, rest, K - k, BF16);
-            free(rest);
-        }
-    }
+    FOR_ROWS(m, M, 4, shifted_activations_row(x, m, K, act_quant, input_scale, shift, xs));
 }
 
 void widen_int8(const int8_t *w, const float *scale, int N, int K, uint16_t *out) {
@@ -1166,9 +1184,7 @@ void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
     int8_t *xq = malloc((size_t)(M * K));
     float *xs = malloc(sizeof(float) * M * chunks);
     int32_t *x8 = malloc(sizeof(int32_t) * M * chunks);
-    #pragma omp parallel for schedule(static) if (M >= 4)
-    for (int64_t m = 0; m < M; m++)
-        quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x8 + m * chunks, fp8_scale);
+    FOR_ROWS(m, M, 4, quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x8 + m * chunks, fp8_scale));
     const int64_t per_pass = rows_per_pass(M, 8), blocks = (N + 15) / 16;
     #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
@@ -1426,28 +1442,30 @@ void widen_fp8(const uint8_t *w, const float *scale, int N, int K, uint16_t *out
 
 /* rows of x rounded to int8 at input_scale, stored + offset as bytes (128: unsigned for vpdpbusd; 0: the int8
  * itself), each row padded with zeros to kpad */
+static void quantize_row(const void *x, int64_t m, int K, int kpad, int kind, float input_scale, int offset,
+                         uint8_t *out) {
+    const __m512 s = _mm512_set1_ps(input_scale), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    uint8_t *row = out + m * kpad;
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 q = _mm512_roundscale_ps(_mm512_div_ps(load16(x, m * K + k, kind, 1.0f), s),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(q, lo), hi)),
+                                     _mm512_set1_epi32(offset));
+        _mm_storeu_si128((__m128i *)(row + k), _mm512_cvtepi32_epi8(u));
+    }
+    float tail[16];
+    if (k < K) load_row(tail, x, m * K + k, K - k, kind, 1.0f);
+    for (int i = 0; k + i < K; i++) {
+        float q = nearbyintf(tail[i] / input_scale);
+        row[k + i] = (uint8_t)((int)(q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) + offset);
+    }
+    memset(row + K, 0, (size_t)(kpad - K));
+}
+
 static void quantize_rows(const void *x, int64_t M, int K, int kpad, int kind, float input_scale, int offset,
                           uint8_t *out) {
-    const __m512 s = _mm512_set1_ps(input_scale), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
-    #pragma omp parallel for schedule(static) if (M >= 32)
-    for (int64_t m = 0; m < M; m++) {
-        uint8_t *row = out + m * kpad;
-        int k = 0;
-        for (; k + 16 <= K; k += 16) {
-            __m512 q = _mm512_roundscale_ps(_mm512_div_ps(load16(x, m * K + k, kind, 1.0f), s),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(q, lo), hi)),
-                                         _mm512_set1_epi32(offset));
-            _mm_storeu_si128((__m128i *)(row + k), _mm512_cvtepi32_epi8(u));
-        }
-        float tail[16];
-        if (k < K) load_row(tail, x, m * K + k, K - k, kind, 1.0f);
-        for (int i = 0; k + i < K; i++) {
-            float q = nearbyintf(tail[i] / input_scale);
-            row[k + i] = (uint8_t)((int)(q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) + offset);
-        }
-        memset(row + K, 0, (size_t)(kpad - K));
-    }
+    FOR_ROWS(m, M, 32, quantize_row(x, m, K, kpad, kind, input_scale, offset, out));
 }
 
 /* x [M, K] rounded to int8 at input_scale (as gemm_int8_vnni rounds it): a prompt chunk's input to an int8 x int8
