@@ -238,6 +238,46 @@ void rope(void *x, int64_t row_stride, const int64_t *positions, const void *cos
  * fp32) once for the whole group, where a work item per query head re-read and re-widened it `group`
  * times. */
 
+/* The cache lines of the next work item a thread will take, fetched into L2 a few at a time while it computes the
+ * current one (next_item_lines, fetch_some). From memory the kernel took about its in-cache time plus the time of a
+ * plain read of its rows: the loads did not overlap its arithmetic, and prefetching an item's rows in one burst
+ * before computing it did not help either (the burst waits on the same misses). Spread over the current item's
+ * tiles, the next item's rows arrive while it computes. Attention timed in place in decode steps of `small`, two
+ * builds alternating (2026-11-27, Zen 4): INT4-AWQ -4 / -10 / -12 % at 4 / 8 / 16 sequences, bf16 -7 / -9 % at 8 /
+ * 16; from a C loop (perf/attention_loop.c, each layer after a 64 MiB read) 16 x 256 tokens -15 %, 1 x 136 and
+ * 4 x 1024 unchanged. At most PLAN_LINES (256 KiB) of it, so that the current and the next item share L2: all of a
+ * 1024-token item made 4 sequences 7 % slower. Batch 1 has no next item (one per thread). */
+#define PLAN_LINES 4096
+#define FETCH_PER_K_TILE 16  /* lines fetched per kv head and tile of 16 tokens of the K pass */
+#define FETCH_PER_V_PAIR 8   /* ... and per two tokens of each V sweep */
+typedef struct {
+    const char *line[PLAN_LINES];
+    int n, at;
+} next_item_t;
+
+/* plan <- the lines of kv heads kv0 .. kv0 + per_item of each of the context's ctx rows, K and V, in token order */
+static void next_item_lines(next_item_t *plan, const char *k, const char *v, const int64_t *table, int64_t ctx,
+                            int block_size, int kv_heads, int kv0, int per_item, int head_dim, int cb) {
+    const int64_t row_bytes = (int64_t)kv_heads * head_dim * cb, slice = (int64_t)per_item * head_dim * cb;
+    plan->n = plan->at = 0;
+    for (int64_t t = 0, blk = 0; t < ctx && plan->n < PLAN_LINES; blk++) {
+        const int64_t at = table[blk] * block_size * row_bytes + (int64_t)kv0 * head_dim * cb;
+        const int64_t n = ctx - t < block_size ? ctx - t : block_size;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t off = 0; off < slice && plan->n + 2 <= PLAN_LINES; off += 64) {
+                plan->line[plan->n++] = k + at + i * row_bytes + off;
+                plan->line[plan->n++] = v + at + i * row_bytes + off;
+            }
+        t += n;
+    }
+}
+
+/* the plan's next `count` lines into L2 */
+static inline void fetch_some(next_item_t *plan, int count) {
+    for (const int end = plan->at + count < plan->n ? plan->at + count : plan->n; plan->at < end; plan->at++)
+        __builtin_prefetch(plan->line[plan->at], 0, 2);  /* into L2 (prefetcht1) */
+}
+
 /* Element offsets of the context's rows of kv head kvh: token t lies at slot table[t / block_size] *
  * block_size + t % block_size. Walking the blocks once per work item avoids an integer division per
  * token (a third of the loop's time when it had them) and serves both the K and the V pass. Padded to a
@@ -428,12 +468,13 @@ static float softmax_numerators(float *s, int64_t ctx, float max, int to_bf16) {
  * to fp32. V's columns go in chunks of cv vectors so that the G x cv accumulators fit in registers (at most
  * 16); each chunk reads only its columns, so every V element is still widened once. */
 INLINE void weigh_rows(float *out, const float *scores, int64_t padded, const void *v_cache, const int64_t *rows,
-                       int64_t ctx, const int G, const int nv, int kind, const float *scale) {
+                       int64_t ctx, const int G, const int nv, int kind, const float *scale, next_item_t *plan) {
     const int cv = G * nv <= 16 ? nv : G * nv <= 32 ? nv / 2 : nv / 4;
     for (int c0 = 0; c0 < nv; c0 += cv) {
         __m512 acc[8 * 8], row[8];
         for (int i = 0; i < G * cv; i++) acc[i] = _mm512_setzero_ps();
         for (int64_t t = 0; t < ctx; t++) {
+            fetch_some(plan, FETCH_PER_V_PAIR / 2);
             widen_row(row, v_cache, rows[t] + 16 * c0, cv, kind);
             for (int g = 0; g < G; g++) {
                 __m512 p = _mm512_set1_ps(scores[g * padded + t]);
@@ -454,7 +495,8 @@ INLINE void weigh_rows(float *out, const float *scores, int64_t padded, const vo
  * 16-bit element put dims 8L .. 8L + 3 of each 128-bit lane L in `lo`, 8L + 4 .. 8L + 7 in `hi`; put back
  * in order at the end. */
 INLINE void weigh_row_pairs(float *out, const float *scores, int64_t padded, const uint16_t *v_cache,
-                            const int64_t *rows, int64_t ctx, const int G, const int nv, const float *scale) {
+                            const int64_t *rows, int64_t ctx, const int G, const int nv, const float *scale,
+                            next_item_t *plan) {
     static const int first_half[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
     static const int second_half[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
     const int np = nv / 2, cp = G * nv <= 16 ? np : G * nv <= 32 ? np / 2 : np / 4;  /* weigh_rows' chunks */
@@ -463,6 +505,7 @@ INLINE void weigh_row_pairs(float *out, const float *scores, int64_t padded, con
         for (int i = 0; i < G * cp; i++) lo[i] = hi[i] = _mm512_setzero_ps();
         /* an odd ctx's last pair takes the padding: p 0 and a repeated row */
         for (int64_t t = 0; t < ctx; t += 2) {
+            fetch_some(plan, FETCH_PER_V_PAIR);
             __m512i il[4], ih[4];
             for (int j = 0; j < cp; j++) {
                 __m512i a = _mm512_loadu_si512((const void *)(v_cache + rows[t] + 32 * (c0 + j)));
@@ -509,7 +552,8 @@ static inline float max_of(const float *s, int64_t padded) {
  * were read apart (perf/attention_bench.py --base, 2026-11-27); blocks in order, unchanged. */
 INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, const char *k_cache, const char *v_cache,
                          const int64_t *rows, int64_t ctx, int kv_count, int group, const int G, const int nv,
-                         const int bf16_dots, float k_scale, float v_scale, int kind, float *scores, float *out) {
+                         const int bf16_dots, float k_scale, float v_scale, int kind, float *scores, float *out,
+                         next_item_t *plan) {
     int64_t padded = (ctx + 15) & ~(int64_t)15;
     float ks = kind >= I8 ? k_scale : 1.0f, vs = kind >= I8 ? v_scale : 1.0f;
     const int head_bytes = nv * 16 * cache_bytes(kind);
@@ -527,6 +571,7 @@ INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, cons
                 for (int i = 0; i < G * nv; i++)
                     q[i] = _mm512_mul_ps(load16(qh, 16 * i, act_kind, 1.0f), _mm512_set1_ps(softmax_scale * ks));
             __m512 quad[4][8];
+            fetch_some(plan, FETCH_PER_K_TILE);
             /* a loop, not unrolled: four copies of scores4 for each group size made the build several times slower */
             #pragma GCC unroll 1
             for (int c = 0; c < 4; c++)
@@ -544,11 +589,11 @@ INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, cons
             inv[g] = softmax_numerators(sh + g * padded, ctx, max_of(sh + g * padded, padded), bf16_dots) * vs;
 #if defined(__AVX512BF16__)
         if (bf16_dots) {
-            weigh_row_pairs(oh, sh, padded, (const uint16_t *)(v_cache + h * head_bytes), rows, ctx, G, nv, inv);
+            weigh_row_pairs(oh, sh, padded, (const uint16_t *)(v_cache + h * head_bytes), rows, ctx, G, nv, inv, plan);
             continue;
         }
 #endif
-        weigh_rows(oh, sh, padded, v_cache + h * head_bytes, rows, ctx, G, nv, kind, inv);
+        weigh_rows(oh, sh, padded, v_cache + h * head_bytes, rows, ctx, G, nv, kind, inv, plan);
     }
 }
 #endif
@@ -615,13 +660,20 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
 #else
             int bf16_dots = 0;
 #endif
+            /* this thread's next item (schedule(static, 1)), fetched while this one is computed */
+            next_item_t plan = {.n = 0, .at = 0};
+            const int next = item + omp_get_num_threads();
+            if (next < batch * parts)
+                next_item_lines(&plan, k_cache, v_cache, block_tables + (int64_t)(next / parts) * max_blocks,
+                                context_lens[next / parts], block_size, kv_heads, next % parts * per_item, per_item,
+                                head_dim, cache_bytes(cache_kind));
             /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
             for (int g0 = 0; g0 < group; g0 += 8) {
                 const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
                 float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
 #define ATTEND_NV(G, NV, DOTS)                                                                                  \
     attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, per_item, group, G, NV, DOTS, k_scale, \
-                 v_scale, cache_kind, ss, os)
+                 v_scale, cache_kind, ss, os, &plan)
 #define ATTEND(G)                                                                                  \
     if (head_dim == 64) { if (bf16_dots) ATTEND_NV(G, 4, 1); else ATTEND_NV(G, 4, 0); }           \
     else { if (bf16_dots) ATTEND_NV(G, 8, 1); else ATTEND_NV(G, 8, 0); }
