@@ -629,10 +629,12 @@ static int kv_heads_per_item(int batch, int kv_heads) {
  * kv_heads_per_item). q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads,
  * head_dim] (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
  * context_lens: [batch], each at least 1. Query head h reads kv head h / (heads / kv_heads), as HF's
- * repeat_kv. */
-void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
-                      const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
-                      int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
+ * repeat_kv. then_k, then_v: the caches of the layer the caller attends next (same shapes and tables), or NULL: each
+ * thread fetches its first work item there into L2 during its last one here. */
+static void attention_then(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
+                           const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
+                           int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind,
+                           const void *then_k, const void *then_v) {
     init_fp8();
     int group = heads / kv_heads, per_item = kv_heads_per_item(batch, kv_heads), parts = kv_heads / per_item;
     int64_t head_bytes = (int64_t)head_dim * cache_bytes(cache_kind);
@@ -660,13 +662,16 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
 #else
             int bf16_dots = 0;
 #endif
-            /* this thread's next item (schedule(static, 1)), fetched while this one is computed */
+            /* this thread's next item (schedule(static, 1)), fetched while this one is computed; after its last,
+             * its first in the layer whose caches are then_k / then_v */
             next_item_t plan = {.n = 0, .at = 0};
-            const int next = item + omp_get_num_threads();
-            if (next < batch * parts)
-                next_item_lines(&plan, k_cache, v_cache, block_tables + (int64_t)(next / parts) * max_blocks,
-                                context_lens[next / parts], block_size, kv_heads, next % parts * per_item, per_item,
-                                head_dim, cache_bytes(cache_kind));
+            const int threads = omp_get_num_threads(), later = item + threads < batch * parts;
+            const int next = later ? item + threads : item % threads;
+            if (later || then_k != NULL)
+                next_item_lines(&plan, later ? k_cache : then_k, later ? v_cache : then_v,
+                                block_tables + (int64_t)(next / parts) * max_blocks, context_lens[next / parts],
+                                block_size, kv_heads, next % parts * per_item, per_item, head_dim,
+                                cache_bytes(cache_kind));
             /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
             for (int g0 = 0; g0 < group; g0 += 8) {
                 const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
@@ -691,6 +696,14 @@ void decode_attention(const void *q, const void *k_cache, const void *v_cache, c
         store_row(out, at, o, per_item * group * head_dim, act_kind);
         free(heap);
     }
+}
+
+/* One query token per sequence against its paged context (attention_then, fetching nothing for a next layer). */
+void decode_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
+                      const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
+                      int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind) {
+    attention_then(q, k_cache, v_cache, block_tables, context_lens, out, batch, heads, kv_heads, head_dim, max_blocks,
+                   block_size, k_scale, v_scale, act_kind, cache_kind, NULL, NULL);
 }
 
 /* SwiGLU's middle: out[t, i] = to_dtype(to_dtype(silu(gate)) * up) for gate_up[t] = [gate | up], as

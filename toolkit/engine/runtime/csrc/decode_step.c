@@ -221,8 +221,14 @@ int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64
         charge(parts, PART_REST, &mark);
         if (m->stub_gemms) memset(attn, 0, batch * q * es);
         else
-            decode_attention(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn, (int)batch, m->heads,
-                             m->kv_heads, hd, max_blocks, m->block_size, l->k_scale, l->v_scale, act, m->cache_kind);
+            /* each thread's first rows of the next layer fetched during its last item here (next_item_t), to come
+             * from L3 rather than memory after the GEMMs between: INT4-AWQ attention in the step at 2 / 4 / 8
+             * sequences -30..-36 / -20 / -5 %, bf16 (4x the weights streaming between) -4 / -15 % at 2 / 4; at 1
+             * and 16 unchanged (2026-11-27, Zen 4, two builds alternating) */
+            attention_then(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn, (int)batch, m->heads,
+                           m->kv_heads, hd, max_blocks, m->block_size, l->k_scale, l->v_scale, act, m->cache_kind,
+                           i + 1 < m->num_layers ? m->layers[i + 1].k_cache : NULL,
+                           i + 1 < m->num_layers ? m->layers[i + 1].v_cache : NULL);
         charge(parts, PART_ATTENTION, &mark);
         run_linear(&l->o, attn, batch, delta, act, m->stub_gemms);
         charge(parts, PART_O, &mark);
