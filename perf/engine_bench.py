@@ -187,7 +187,7 @@ def _paired_formats_line(paired: dict) -> str:
     and median step, over all rounds and per memory state."""
     def line(figures: dict) -> str:
         return (", ".join(f"{q} {p['ratio']:.2f} [{p['low']:.2f}, {p['high']:.2f}] ({p['step_ms']:.2f} ms)"
-                          for q, p in figures.items() if q != "none" and isinstance(p, dict))
+                          for q, p in figures.items() if q not in ("none", "rounds"))
                 + f"; bf16 {figures['none']['step_ms']:.2f} ms")
 
     def label(state: str, figures: dict) -> str:

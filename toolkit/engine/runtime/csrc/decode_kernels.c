@@ -190,20 +190,21 @@ void rms_norm(const void *x, const void *w, void *out, int64_t tokens, int hidde
     FOR_ROWS(t, tokens, 5, rms_norm_row(x, w, out, t, hidden, eps, kind));
 }
 
-static void add_row(void *h, const void *delta, int64_t t, int hidden, int kind) {
+static void add_rms_norm_row(void *h, const void *delta, const void *w, void *out, int64_t t, int hidden, float eps,
+                             int kind) {
     float row[hidden], d[hidden];
     load_row(row, h, t * hidden, hidden, kind, 1.0f);
     load_row(d, delta, t * hidden, hidden, kind, 1.0f);
     combine_rounded(row, row, d, hidden, kind, 1);
     store_row(h, t * hidden, row, hidden, kind);
+    rms_norm_row(h, w, out, t, hidden, eps, kind);
 }
 
 /* The residual add and the next RMSNorm in one pass: h[t] = to_dtype(h[t] + delta[t]) in place (as
  * `h = h + delta` rounds), then out[t] = rms_norm(h[t]). */
 void add_rms_norm(void *h, const void *delta, const void *w, void *out, int64_t tokens, int hidden, float eps,
                   int kind) {
-    FOR_ROWS(t, tokens, 5, add_row(h, delta, t, hidden, kind));
-    rms_norm(h, w, out, tokens, hidden, eps, kind);
+    FOR_ROWS(t, tokens, 5, add_rms_norm_row(h, delta, w, out, t, hidden, eps, kind));
 }
 
 static void rope_row(void *x, int64_t row_stride, const int64_t *positions, const void *cos_t, const void *sin_t,
@@ -763,12 +764,7 @@ void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kin
  * ran 25 %, 18 % and 4 % faster with it than with WEIGHT_PREFETCH (2026-11-26, Zen 4, two builds' runners in
  * one process, alternating); fp8's did not move then, and since the night of 2026-11-26 takes it too (steps at 4 /
  * 8 / 12 sequences -11..-13 / 0..-6 / -2..-3 %, both memory states, against WEIGHT_PREFETCH into L1).
- * At one row the lanes kernels (int4 x int8, INT8-SQ) take none since 2026-11-27: their weights are one sequential
- * stream per thread, which the hardware prefetchers keep up with, and in the fast memory state both kernels
- * streamed at 30-39 GB/s with it against a 51-64 GB/s read (a step's GEMMs from C). Whole batch-1 steps without it,
- * alternating with it in one process (perf/ab_steps.py --slices 48, both memory states): INT8-SQ -5..-7 %, INT4-AWQ
- * -5..-14 % (one run of four 1.00), W4A8 -3..-11 %. fp8's tile, 4 weight rows side by side, ran 1.7x slower
- * without it at one row: it keeps it. */
+ * One row of the lanes kernels takes none (prefetch_lanes). */
 #define STREAM_PREFETCH 8192
 #ifdef __AVX512F__
 /* The one prefetch policy of the streaming GEMMs: the weights at `at` fetched STREAM_PREFETCH ahead into L2
@@ -781,6 +777,17 @@ INLINE void prefetch_weights(const void *at, const int memory_bound, const int64
     const int64_t usual = memory_bound ? STREAM_PREFETCH : WEIGHT_PREFETCH, ahead = block > usual ? block : usual;
     if (memory_bound) _mm_prefetch((const char *)at + ahead, _MM_HINT_T1);
     else _mm_prefetch((const char *)at + ahead, _MM_HINT_T0);
+}
+
+/* prefetch_weights for the lanes kernels (int4 x int8, INT8-SQ: 16 output rows side by side) reading at `at` for
+ * `rows` activation rows: into L2 at 2 rows, L1 from 3, and none at one row (since 2026-11-27). There their weights
+ * are one sequential stream per thread, which the hardware prefetchers keep up with: with the prefetch both kernels
+ * streamed at 30-39 GB/s in the fast memory state against a 51-64 GB/s read (a step's GEMMs from C); whole batch-1
+ * steps without it, alternating with it in one process (perf/ab_steps.py --slices 48, both memory states): INT8-SQ
+ * -5..-7 %, INT4-AWQ -5..-14 % (one run of four 1.00), W4A8 -3..-11 %. fp8's tile, 4 weight rows side by side, ran
+ * 1.7x slower without it at one row: it keeps prefetch_weights. */
+INLINE void prefetch_lanes(const void *at, const int rows) {
+    if (rows > 1) prefetch_weights(at, rows <= 2, 0);
 }
 #endif
 /* Tile loops run over `rows` accumulators, `rows` made a constant by FOR_1_TO_8. */
@@ -1211,7 +1218,7 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
                              const uint8_t *wb, const float *sb, uint16_t *y, int64_t N, int valid) {
     const __m512i low = _mm512_set1_epi8(15);
     const int64_t chunks = K / 128, per_group = group / 128;
-    const int streaming = rows <= 2, chains = rows == 1 ? 4 : rows == 2 ? 2 : 1;
+    const int chains = rows == 1 ? 4 : rows == 2 ? 2 : 1;
     __m512 f[8];
     for (int m = 0; m < rows; m++) f[m] = _mm512_setzero_ps();
     for (int64_t c = 0; c < chunks; c++) {
@@ -1220,7 +1227,7 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
         for (int m = 0; m < rows; m++)
             for (int h = 0; h < chains; h++) a[m * chains + h] = h ? _mm512_setzero_si512() : _mm512_set1_epi32(x8[m * chunks + c]);
         for (int d = 0; d < 16; d++) {
-            if (rows > 1) prefetch_weights(wc + d * 64, streaming, 0);
+            prefetch_lanes(wc + d * 64, rows);
             const __m512i v = _mm512_loadu_si512((const void *)(wc + d * 64));
             const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
             const int h0 = (2 * d) % chains, h1 = (2 * d + 1) % chains;
@@ -1551,13 +1558,13 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
                              const float *sb, const int32_t *wsum, float input_scale, void *y, int64_t N, int kind,
                              int valid) {
     /* nbk (1 or 2) adjacent blocks of 16 weight rows at once: each broadcast activation feeds nbk instructions */
-    const int streaming = rows <= 2, chains = rows == 1 ? 4 : rows == 2 ? 2 : 1;
+    const int chains = rows == 1 ? 4 : rows == 2 ? 2 : 1;
     __m512i a[16];
     for (int i = 0; i < rows * nbk * chains; i++) a[i] = _mm512_setzero_si512();
     for (int64_t d = 0; d < kpad / 4; d++) {
         __m512i wv[2];
         for (int j = 0; j < nbk; j++) {
-            if (rows > 1) prefetch_weights(wb + (int64_t)j * 16 * kpad + d * 64, streaming, 0);
+            prefetch_lanes(wb + (int64_t)j * 16 * kpad + d * 64, rows);
             wv[j] = _mm512_loadu_si512((const void *)(wb + (int64_t)j * 16 * kpad + d * 64));
         }
         const int h = (int)(d % chains);

@@ -210,7 +210,7 @@ int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64
     double *parts = m->part_seconds, mark = parts != NULL ? now_seconds() : 0.0;
     if (ok) rms_norm(h, m->layers[0].input_norm, x, batch, m->hidden, m->eps, act);
     for (int i = 0; ok && i < m->num_layers; i++) {
-        const layer_t *l = &m->layers[i];
+        const layer_t *l = &m->layers[i], *then = i + 1 < m->num_layers ? &m->layers[i + 1] : NULL;
         charge(parts, PART_REST, &mark);
         run_linear(&l->qkv, x, batch, qkv, act, m->stub_gemms);
         charge(parts, PART_QKV, &mark);
@@ -227,8 +227,7 @@ int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64
              * and 16 unchanged (2026-11-27, Zen 4, two builds alternating) */
             attention_then(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn, (int)batch, m->heads,
                            m->kv_heads, hd, max_blocks, m->block_size, l->k_scale, l->v_scale, act, m->cache_kind,
-                           i + 1 < m->num_layers ? m->layers[i + 1].k_cache : NULL,
-                           i + 1 < m->num_layers ? m->layers[i + 1].v_cache : NULL);
+                           then ? then->k_cache : NULL, then ? then->v_cache : NULL);
         charge(parts, PART_ATTENTION, &mark);
         run_linear(&l->o, attn, batch, delta, act, m->stub_gemms);
         charge(parts, PART_O, &mark);
