@@ -500,8 +500,9 @@ def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_qua
     assert torch.equal(kernels.widen_int8(q, scale), (q.float() * scale[:, None]).to(torch.bfloat16))
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5, 8, 13, 16, 31])
-def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows):
+@pytest.mark.parametrize("rows, k", [(1, 768), (2, 768), (5, 768), (8, 768), (13, 768), (16, 768), (31, 768),
+                                     (5, 2048), (8, 2048)])  # 5-8 rows of 2048: fp8_tile in passes of up to 4
+def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k):
     """FP8 on the CPU: the e4m3 bytes turned into bf16 by a shift (times 2^-120) and multiplied by the fp8-rounded
     activations in bf16 dot products: equal to the fp32 product of the exact fp8 values (subnormals, which the
     instruction reads as zero, dropped) up to summation order and the output's bf16 rounding; prefill's widened
@@ -513,7 +514,7 @@ def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows):
     if not kernels.has_bf16_gemm:
         pytest.skip("this CPU has no AVX512-BF16: fp8 weights are served as int8 on the widening kernel")
     gen = torch.Generator().manual_seed(rows)
-    values = (torch.randn(200, 768, generator=gen) * 60).to(torch.float8_e4m3fn)
+    values = (torch.randn(200, k, generator=gen) * 60).to(torch.float8_e4m3fn)
     bytes_ = values.view(torch.uint8)
     bytes_[0, :8] = torch.tensor([0x00, 0x80, 0x01, 0x87, 0x08, 0x88, 0x7E, 0xFE], dtype=torch.uint8)  # 0s, subnormals, min normal, max
     subnormal = ((bytes_ & 0x78) == 0) & ((bytes_ & 0x07) != 0)
@@ -522,7 +523,7 @@ def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows):
     packed = kernels.pack_fp8(values)
     assert not torch.equal(packed, bytes_)  # stored in the kernel's order
     assert torch.equal(kernels.widen_fp8(packed, scale), (exact * scale[:, None]).to(torch.bfloat16))
-    x = (torch.randn(rows, 768, generator=gen) * 2).to(torch.bfloat16)
+    x = (torch.randn(rows, k, generator=gen) * 2).to(torch.bfloat16)
     x[0, :3] = torch.tensor([1e4, -1e-6, 0.0])  # clamped; a tiny one whose products stay in fp32's range
     input_scale = 0.01
     rounded = fake_quant_activation(x, "fp8", torch.tensor(input_scale)).float()
