@@ -1352,7 +1352,7 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
 #define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
 #define FP8_OUT_SHIFT 72057594037927936.0f /* 2^56 = 2^120 / 2^64 */
 #define FP8_WIDE_MIN 9 /* rows from which gemm_fp8 widens each block of weights once for all rows (fp8_tile takes up to 8 in one pass) */
-#define FP8_TILE_X_BYTES (16 * 1024) /* fp8_tile's rows of x past this (half of L1): passes of up to 4 rows */
+#define FP8_TILE_X_BYTES (16 * 1024) /* 8 rows of x past this (half of L1): fp8_tile in passes of up to 4 rows */
 #define FP8_WIDE_MAX_K 8192 /* the widened block's bytes on the stack: 4 rows x K x 2 (64 KiB at most) */
 
 INLINE __m512bh fp8_as_bf16(__m512i high_bytes) {
@@ -1444,12 +1444,14 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
         free(xs);
         return;
     }
-    /* weight rows per block and rows per pass: see fp8_tile. From 5 rows whose x passes FP8_TILE_X_BYTES (down_proj's
-     * 2048 inputs of `small`: 8 rows are 32 KiB, all of L1), 4 weight rows against passes of up to 4 rows, the block's
-     * weights widened again for each pass from L1: down_proj timed in place in fp8 steps at 5 / 6 / 8 sequences
-     * -17 / -13 / -12 % (2026-11-27, Zen 4, two builds alternating). Widening such blocks once for all rows (the path
-     * past 8 rows) made it 7-25 % slower there, as it did the whole step. */
-    const int split = M > 4 && M * K * 2 > FP8_TILE_X_BYTES;
+    /* weight rows per block and rows per pass: see fp8_tile. At 5-7 rows, and at 8 where x passes FP8_TILE_X_BYTES
+     * (down_proj's 2048 inputs of `small`: 8 rows are 32 KiB, all of L1), 4 weight rows against passes of up to 4
+     * rows, each pass widening the block's weights again from L1. Timed in place in fp8 steps of `small`, two builds
+     * alternating (2026-11-27, Zen 4), against 2 weight rows and all rows in one pass: the GEMMs of 768 inputs at
+     * 5 / 6 / 7 sequences -18..-27 / -12..-18 / -7..-13 %, at 8 +1..+6 % (so 8 stay in one pass); down_proj at
+     * 5 / 6 / 8 -17 / -13 / -12 %. Widening each block once for all rows (the path past 8 rows) was 7-25 % slower at
+     * 5-8 rows: widening then computing leaves memory idle in the second phase. */
+    const int split = M > 4 && (M < 8 || M * K * 2 > FP8_TILE_X_BYTES);
     const int nb = (M <= 4 || split) && N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
     const int64_t per_pass = split ? rows_per_pass(M, 4) : nb == 4 || M <= 8 ? M : rows_per_pass(M, 4);
     #pragma omp parallel for schedule(static)
