@@ -1352,7 +1352,6 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
 #define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
 #define FP8_OUT_SHIFT 72057594037927936.0f /* 2^56 = 2^120 / 2^64 */
 #define FP8_WIDE_MIN 9 /* rows from which gemm_fp8 widens each block of weights once for all rows (fp8_tile takes up to 8 in one pass) */
-#define FP8_TILE_X_BYTES (16 * 1024) /* 8 rows of x past this (half of L1): fp8_tile in passes of up to 4 rows */
 #define FP8_WIDE_MAX_K 8192 /* the widened block's bytes on the stack: 4 rows x K x 2 (64 KiB at most) */
 
 INLINE __m512bh fp8_as_bf16(__m512i high_bytes) {
@@ -1369,8 +1368,14 @@ INLINE void fp8_pair_as_bf16(__m512i words, __m512bh *first, __m512bh *second) {
 
 /* One accumulator per activation row and weight row, the two halves of each 64 weights summed into it in turn, and
  * the full sums by sum_four's tree four accumulators at a time (each row's sums run the same way at every tile
- * size). A chain of dot products waits on each one's latency, so blocks keep several weight rows in flight: 4 at
- * 1-4 activation rows; from 5, 2 against passes of all rows up to 8, else of 4 (8 rows of x at K 2048 fill L1).
+ * size). A chain of dot products waits on each one's latency, so blocks keep several weight rows in flight: 4,
+ * against passes of up to 3 activation rows (each pass widening the block's weights again, from L1), up to 8 rows.
+ * Against 2 weight rows and all rows in one pass from 5 rows (before 2026-11-27 noon; 8 rows of x at K 2048 filled
+ * L1) and 4 rows in one pass: fp8 steps of `small` timed in place, two builds alternating (Zen 4): the GEMMs at 4 /
+ * 5 / 6 / 7 / 8 sequences -1..-12 / -18..-27 / -12..-18 / -9..-20 / -7..-10 %, down_proj (2048 inputs) at 8 -32 %;
+ * whole steps at 4-8 -4..-18 %. Passes of 2 were 3-15 % slower than of 3; passes of 4 at 8 rows 1-6 % slower than one.
+ * Widening each block once for all rows (the path past 8 rows) was 7-25 % slower at 5-8 rows: widening then
+ * computing leaves memory idle in the second phase, where fp8_tile overlaps the two.
  * Against two accumulators per row (one per half) and a reduction per output (2026-11-26, Zen 4): a 2 MB GEMM in
  * cache at 1-3 rows 18-28 % faster; a step's GEMMs streamed 1-8 % faster at 1-16 rows; whole steps at 2-12
  * sequences 4-16 % faster in most runs, at 16 within this VM's noise (-2 to +8 %). */
@@ -1444,16 +1449,9 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
         free(xs);
         return;
     }
-    /* weight rows per block and rows per pass: see fp8_tile. At 5-7 rows, and at 8 where x passes FP8_TILE_X_BYTES
-     * (down_proj's 2048 inputs of `small`: 8 rows are 32 KiB, all of L1), 4 weight rows against passes of up to 4
-     * rows, each pass widening the block's weights again from L1. Timed in place in fp8 steps of `small`, two builds
-     * alternating (2026-11-27, Zen 4), against 2 weight rows and all rows in one pass: the GEMMs of 768 inputs at
-     * 5 / 6 / 7 sequences -18..-27 / -12..-18 / -7..-13 %, at 8 +1..+6 % (so 8 stay in one pass); down_proj at
-     * 5 / 6 / 8 -17 / -13 / -12 %. Widening each block once for all rows (the path past 8 rows) was 7-25 % slower at
-     * 5-8 rows: widening then computing leaves memory idle in the second phase. */
-    const int split = M > 4 && (M < 8 || M * K * 2 > FP8_TILE_X_BYTES);
-    const int nb = (M <= 4 || split) && N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
-    const int64_t per_pass = split ? rows_per_pass(M, 4) : nb == 4 || M <= 8 ? M : rows_per_pass(M, 4);
+    /* weight rows per block and rows per pass: see fp8_tile */
+    const int nb = M <= 8 && N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
+    const int64_t per_pass = nb == 4 ? rows_per_pass(M, 3) : M <= 8 ? M : rows_per_pass(M, 4);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n += nb) {
         const uint8_t *wrow = w + (int64_t)n * K;
