@@ -500,8 +500,8 @@ def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_qua
     assert torch.equal(kernels.widen_int8(q, scale), (q.float() * scale[:, None]).to(torch.bfloat16))
 
 
-@pytest.mark.parametrize("rows, k", [(1, 768), (2, 768), (5, 768), (7, 768), (8, 768), (13, 768), (16, 768),
-                                     (31, 768), (8, 2048)])  # 5-7 rows, and 8 of 2048: fp8_tile in passes of up to 4
+@pytest.mark.parametrize("rows, k", [(1, 768), (2, 768), (5, 768), (8, 768), (12, 768), (13, 768), (31, 768),
+                                     (16, 2048), (17, 2048)])  # fp8_tile in passes of 3 up to 12 rows (16 of 2048), then widened
 def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k):
     """FP8 on the CPU: the e4m3 bytes turned into bf16 by a shift (times 2^-120) and multiplied by the fp8-rounded
     activations in bf16 dot products: equal to the fp32 product of the exact fp8 values (subnormals, which the

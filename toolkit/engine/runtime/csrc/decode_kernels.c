@@ -1351,7 +1351,9 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
 #if defined(__AVX512BF16__)
 #define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
 #define FP8_OUT_SHIFT 72057594037927936.0f /* 2^56 = 2^120 / 2^64 */
-#define FP8_WIDE_MIN 9 /* rows from which gemm_fp8 widens each block of weights once for all rows (fp8_tile takes up to 8 in one pass) */
+#define FP8_WIDE_MIN 13 /* rows from which gemm_fp8 widens each block of weights once for all rows (else fp8_tile's passes) */
+#define FP8_WIDE_MIN_LONG 17 /* ... where the widened block and a pass of x overflow L1 (FP8_WIDE_L1) */
+#define FP8_WIDE_L1 (32 * 1024)
 #define FP8_WIDE_MAX_K 8192 /* the widened block's bytes on the stack: 4 rows x K x 2 (64 KiB at most) */
 
 INLINE __m512bh fp8_as_bf16(__m512i high_bytes) {
@@ -1369,7 +1371,8 @@ INLINE void fp8_pair_as_bf16(__m512i words, __m512bh *first, __m512bh *second) {
 /* One accumulator per activation row and weight row, the two halves of each 64 weights summed into it in turn, and
  * the full sums by sum_four's tree four accumulators at a time (each row's sums run the same way at every tile
  * size). A chain of dot products waits on each one's latency, so blocks keep several weight rows in flight: 4,
- * against passes of up to 3 activation rows (each pass widening the block's weights again, from L1), up to 8 rows.
+ * against passes of up to 3 activation rows (each pass widening the block's weights again, from L1), up to 12 rows
+ * (16 for long rows; past that gemm_fp8 widens each block once).
  * Against 2 weight rows and all rows in one pass from 5 rows (before 2026-11-27 noon; 8 rows of x at K 2048 filled
  * L1) and 4 rows in one pass: fp8 steps of `small` timed in place, two builds alternating (Zen 4): the GEMMs at 4 /
  * 5 / 6 / 7 / 8 sequences -1..-12 / -18..-27 / -12..-18 / -9..-20 / -7..-10 %, down_proj (2048 inputs) at 8 -32 %;
@@ -1414,15 +1417,17 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
     /* x rounded as calibrated (as kernels.fake_quant_activation rounds it, in bf16), then times 2^64: exact */
     uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
     shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
-    if (M >= FP8_WIDE_MIN && N % 4 == 0 && K <= FP8_WIDE_MAX_K) {
-        /* Past 8 rows: each block of 4 weight rows widened once into L1, then bf16_block's dot products against all
-         * rows in passes of up to 6 (fp8_tile widens a block again for every pass of 4 rows, and its dot products
-         * shared the vector pipes with that widening: fp8 steps ran slower than bf16's from 8 sequences). The same
-         * dot products in the same order, the same tree, the same scale product: bit-identical to fp8_tile, so a
-         * row's outputs keep not depending on its batch. Whole fp8 steps of `small` at 10 / 12 / 16 sequences
-         * -22 / -20 / -28 % (2026-11-27, Zen 4, alternating in one process). At 5-8 rows, where fp8_tile widens
-         * once already, whole steps were 7-17 % slower this way: widening then computing leaves memory idle in the
-         * second phase, where fp8_tile overlaps the two. */
+    const int64_t wide_bytes = (int64_t)K * 2 * (4 + BF16_BLOCK_ROWS); /* the widened block and a pass of x */
+    if (M >= (wide_bytes <= FP8_WIDE_L1 ? FP8_WIDE_MIN : FP8_WIDE_MIN_LONG) && N % 4 == 0 && K <= FP8_WIDE_MAX_K) {
+        /* From FP8_WIDE_MIN rows: each block of 4 weight rows widened once into L1, then bf16_block's dot products
+         * against all rows in passes of up to 6 (fp8_tile widens a block again for every pass of rows, and its dot
+         * products share the vector pipes with that widening). The same dot products in the same order, the same
+         * tree, the same scale product: bit-identical to fp8_tile, so a row's outputs keep not depending on its
+         * batch. Against fp8_tile in passes of 3 (fp8 steps of `small` timed in place, two builds alternating,
+         * 2026-11-27, Zen 4): the GEMMs of 768 inputs at 9 / 12 / 14 / 16 sequences 13-17 / 4-11 % slower, 2-4 /
+         * 2-3 % faster; down_proj's 2048 (its widened block and a pass of x, 40 KiB, overflow L1) 12-33 % slower up
+         * to 16. Below that, widening then computing leaves memory idle in the second phase, where fp8_tile
+         * overlaps the two. */
         const int64_t per_pass = rows_per_pass(M, BF16_BLOCK_ROWS);
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n += 4) {
@@ -1450,7 +1455,7 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
         return;
     }
     /* weight rows per block and rows per pass: see fp8_tile */
-    const int nb = M <= 8 && N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
+    const int nb = N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
     const int64_t per_pass = nb == 4 ? rows_per_pass(M, 3) : M <= 8 ? M : rows_per_pass(M, 4);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n += nb) {
