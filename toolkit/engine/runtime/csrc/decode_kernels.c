@@ -1568,14 +1568,21 @@ void quantize_int8(const void *x, int64_t M, int K, int kind, float input_scale,
 INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, int kpad, const int8_t *wb,
                              const float *sb, const int32_t *wsum, float input_scale, void *y, int64_t N, int kind,
                              int valid) {
-    /* nbk (1 or 2) adjacent blocks of 16 weight rows at once: each broadcast activation feeds nbk instructions */
+    /* nbk (1 or 2) adjacent blocks of 16 weight rows at once: each broadcast activation feeds nbk instructions. With
+     * two (from 8 rows: compute-bound, the pair's 24 KiB read again by each pass of rows) each line of the next pair
+     * is fetched into L2 as the same line of this one is read, where prefetch_lanes fetched 2 KiB ahead into L1:
+     * the pair's arithmetic (~1 us a pass) had not overlapped the next pair's read. Whole INT8-SQ steps of `small` at
+     * 8 / 10 / 16 sequences -16..-24 / -15..-25 / -13..-15 % (2026-11-27, Zen 4, two builds alternating, both memory
+     * states); at 4-6 rows (one pass, memory-bound in the slow state) the same fetch was -8..-15 % fast, +5..+9 % slow:
+     * left as it was. */
     const int chains = rows == 1 ? 4 : rows == 2 ? 2 : 1;
     __m512i a[16];
     for (int i = 0; i < rows * nbk * chains; i++) a[i] = _mm512_setzero_si512();
     for (int64_t d = 0; d < kpad / 4; d++) {
         __m512i wv[2];
         for (int j = 0; j < nbk; j++) {
-            prefetch_lanes(wb + (int64_t)j * 16 * kpad + d * 64, rows);
+            if (nbk == 2) _mm_prefetch((const char *)(wb + (int64_t)(j + 2) * 16 * kpad + d * 64), _MM_HINT_T1);
+            else prefetch_lanes(wb + (int64_t)j * 16 * kpad + d * 64, rows);
             wv[j] = _mm512_loadu_si512((const void *)(wb + (int64_t)j * 16 * kpad + d * 64));
         }
         const int h = (int)(d % chains);
