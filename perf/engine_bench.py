@@ -104,15 +104,20 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
         steps.append(slice_median())
         rates.append(read_once())
         ratios.append(steps[-1] / (step_bytes / rates[-1]))
-    states = {}
-    for state, caught in (("slow", lambda rate: rate <= FAST_ABOVE), ("fast", lambda rate: rate > FAST_ABOVE)):
-        picked = [i for i, rate in enumerate(rates) if caught(rate)]
-        if len(picked) >= 3:
-            states[state] = {"pairs": len(picked), "step_ms": statistics.median(steps[i] for i in picked) * 1e3,
-                             "bandwidth": statistics.median(rates[i] for i in picked),
-                             "ratio": statistics.median(ratios[i] for i in picked)}
+    states = {state: {"pairs": len(picked), "step_ms": statistics.median(steps[i] for i in picked) * 1e3,
+                      "bandwidth": statistics.median(rates[i] for i in picked),
+                      "ratio": statistics.median(ratios[i] for i in picked)}
+              for state, picked in _memory_states(rates).items()}
     return {"pairs": pairs, "step_ms": statistics.median(steps) * 1e3, "bandwidth": statistics.median(rates),
             "ratio": statistics.median(ratios), "states": states}
+
+
+def _memory_states(rates: list[float]) -> dict[str, list[int]]:
+    """The indices of `rates` (bytes/s, one read after each slice or round) in each memory state, "slow" and "fast"
+    (by FAST_ABOVE), for the states that hold at least 3 of them."""
+    states = {"slow": [i for i, rate in enumerate(rates) if rate <= FAST_ABOVE],
+              "fast": [i for i, rate in enumerate(rates) if rate > FAST_ABOVE]}
+    return {state: picked for state, picked in states.items() if len(picked) >= 3}
 
 
 def _batch1_slices(runner, isl: int):
@@ -158,12 +163,12 @@ def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, thread
         slices[qformat] = _batch1_slices(runner, isl)
     names = list(slices)
     steps: dict[str, list[float]] = {q: [] for q in names}
-    fast = []
+    rates = []
     for r in range(rounds):
         for q in names[r % len(names):] + names[:r % len(names)]:
             steps[q].append(slices[q]())
         if read_once is not None:
-            fast.append(read_once() > FAST_ABOVE)
+            rates.append(read_once())
 
     def summary(picked: list[int]) -> dict:
         out = {}
@@ -175,10 +180,8 @@ def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, thread
         return out
 
     result = {"all": summary(list(range(rounds)))}
-    for state, caught in (("slow", False), ("fast", True)):
-        picked = [i for i, f in enumerate(fast) if f == caught]
-        if len(picked) >= 3:
-            result[state] = {"rounds": len(picked), **summary(picked)}
+    for state, picked in _memory_states(rates).items():
+        result[state] = {"rounds": len(picked), **summary(picked)}
     return result
 
 

@@ -1377,7 +1377,7 @@ INLINE void fp8_pair_as_bf16(__m512i words, __m512bh *first, __m512bh *second) {
  * L1) and 4 rows in one pass: fp8 steps of `small` timed in place, two builds alternating (Zen 4): the GEMMs at 4 /
  * 5 / 6 / 7 / 8 sequences -1..-12 / -18..-27 / -12..-18 / -9..-20 / -7..-10 %, down_proj (2048 inputs) at 8 -32 %;
  * whole steps at 4-8 -4..-18 %. Passes of 2 were 3-15 % slower than of 3; passes of 4 at 8 rows 1-6 % slower than one.
- * Widening each block once for all rows (the path past 8 rows) was 7-25 % slower at 5-8 rows: widening then
+ * Widening each block once for all rows (gemm_fp8's path from FP8_WIDE_MIN) was 7-25 % slower at 5-8 rows: widening then
  * computing leaves memory idle in the second phase, where fp8_tile overlaps the two.
  * Against two accumulators per row (one per half) and a reduction per output (2026-11-26, Zen 4): a 2 MB GEMM in
  * cache at 1-3 rows 18-28 % faster; a step's GEMMs streamed 1-8 % faster at 1-16 rows; whole steps at 2-12
@@ -1570,7 +1570,8 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
                              int valid) {
     /* nbk (1 or 2) adjacent blocks of 16 weight rows at once: each broadcast activation feeds nbk instructions. With
      * two (from 8 rows: compute-bound, the pair's 24 KiB read again by each pass of rows) each line of the next pair
-     * is fetched into L2 as the same line of this one is read, where prefetch_lanes fetched 2 KiB ahead into L1:
+     * is fetched into L2 as the same line of this one is read (prefetch_weights with the pair as its block), where
+     * prefetch_lanes fetched 2 KiB ahead into L1:
      * the pair's arithmetic (~1 us a pass) had not overlapped the next pair's read. Whole INT8-SQ steps of `small` at
      * 8 / 10 / 16 sequences -16..-24 / -15..-25 / -13..-15 % (2026-11-27, Zen 4, two builds alternating, both memory
      * states); at 4-6 rows (one pass, memory-bound in the slow state) the same fetch was -8..-15 % fast, +5..+9 % slow:
@@ -1581,7 +1582,7 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
     for (int64_t d = 0; d < kpad / 4; d++) {
         __m512i wv[2];
         for (int j = 0; j < nbk; j++) {
-            if (nbk == 2) _mm_prefetch((const char *)(wb + (int64_t)(j + 2) * 16 * kpad + d * 64), _MM_HINT_T1);
+            if (nbk == 2) prefetch_weights(wb + (int64_t)j * 16 * kpad + d * 64, 1, 2 * 16 * (int64_t)kpad);
             else prefetch_lanes(wb + (int64_t)j * 16 * kpad + d * 64, rows);
             wv[j] = _mm512_loadu_si512((const void *)(wb + (int64_t)j * 16 * kpad + d * 64));
         }
