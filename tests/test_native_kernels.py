@@ -500,9 +500,11 @@ def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_qua
     assert torch.equal(kernels.widen_int8(q, scale), (q.float() * scale[:, None]).to(torch.bfloat16))
 
 
-@pytest.mark.parametrize("rows, k", [(1, 768), (2, 768), (5, 768), (8, 768), (12, 768), (13, 768), (31, 768),
-                                     (16, 2048), (17, 2048)])  # fp8_tile in passes of 3 up to 12 rows (16 of 2048), then widened
-def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k):
+@pytest.mark.parametrize("rows, k, n", [(1, 768, 200), (2, 768, 200), (5, 768, 200), (8, 768, 200), (12, 768, 200),
+                                        (13, 768, 200), (31, 768, 200), (16, 2048, 200), (17, 2048, 200),
+                                        (1, 768, 198), (5, 768, 201)])
+# fp8_tile in passes of 3 up to 12 rows (16 of 2048), then widened; N not a multiple of 4: rows in turn, 2 or 1 a block
+def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k, n):
     """FP8 on the CPU: the e4m3 bytes turned into bf16 by a shift (times 2^-120) and multiplied by the fp8-rounded
     activations in bf16 dot products: equal to the fp32 product of the exact fp8 values (subnormals, which the
     instruction reads as zero, dropped) up to summation order and the output's bf16 rounding; prefill's widened
@@ -514,12 +516,12 @@ def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k):
     if not kernels.has_bf16_gemm:
         pytest.skip("this CPU has no AVX512-BF16: fp8 weights are served as int8 on the widening kernel")
     gen = torch.Generator().manual_seed(rows)
-    values = (torch.randn(200, k, generator=gen) * 60).to(torch.float8_e4m3fn)
+    values = (torch.randn(n, k, generator=gen) * 60).to(torch.float8_e4m3fn)
     bytes_ = values.view(torch.uint8)
     bytes_[0, :8] = torch.tensor([0x00, 0x80, 0x01, 0x87, 0x08, 0x88, 0x7E, 0xFE], dtype=torch.uint8)  # 0s, subnormals, min normal, max
     subnormal = ((bytes_ & 0x78) == 0) & ((bytes_ & 0x07) != 0)
     exact = values.float().masked_fill(subnormal, 0.0)
-    scale = torch.rand(200, generator=gen) * 0.01 + 1e-3
+    scale = torch.rand(n, generator=gen) * 0.01 + 1e-3
     packed = kernels.pack_fp8(values)
     assert not torch.equal(packed, bytes_)  # stored in the kernel's order
     assert torch.equal(kernels.widen_fp8(packed, scale), (exact * scale[:, None]).to(torch.bfloat16))

@@ -551,13 +551,17 @@ class NativeKernels:
     @staticmethod
     def pack_fp8(values):
         """float8_e4m3fn [N, K] → their bytes [N, K] in gemm_fp8's layout: within each 64, the 16-bit word i holds
-        weight i in its high byte and weight 32 + i in its low byte (little-endian: byte 2i + 1 and byte 2i; see
-        decode_kernels.c)."""
+        weight i in its high byte and weight 32 + i in its low byte (little-endian: byte 2i + 1 and byte 2i); where
+        N is a multiple of 4, each block of 4 rows stored as one stream, its rows' pieces of 64 interleaved (row j's
+        weights k .. k + 63 at the block's byte 4k + 64j). See decode_kernels.c."""
         import torch
 
         n, k = values.shape
         halves = values.contiguous().view(torch.uint8).reshape(n, k // 64, 2, 32)  # [.., (first, second), i]
-        return halves.flip(2).permute(0, 1, 3, 2).reshape(n, k).contiguous()  # byte 2i: second[i], 2i + 1: first[i]
+        packed = halves.flip(2).permute(0, 1, 3, 2)  # byte 2i: second[i], 2i + 1: first[i]
+        if n % 4 == 0:
+            packed = packed.reshape(n // 4, 4, k // 64, 64).transpose(1, 2)  # [block, piece, row, 64]
+        return packed.reshape(n, k).contiguous()
 
     def gemm_fp8(self, x, packed, scale, act_quant: str | None, input_scale: float):
         """x bf16 [M, K], first rounded to act_quant at input_scale; packed: pack_fp8's bytes [N, K]; scale

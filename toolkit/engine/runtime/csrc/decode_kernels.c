@@ -784,8 +784,8 @@ INLINE void prefetch_weights(const void *at, const int memory_bound, const int64
  * are one sequential stream per thread, which the hardware prefetchers keep up with: with the prefetch both kernels
  * streamed at 30-39 GB/s in the fast memory state against a 51-64 GB/s read (a step's GEMMs from C); whole batch-1
  * steps without it, alternating with it in one process (perf/ab_steps.py --slices 48, both memory states): INT8-SQ
- * -5..-7 %, INT4-AWQ -5..-14 % (one run of four 1.00), W4A8 -3..-11 %. fp8's tile, 4 weight rows side by side, ran
- * 1.7x slower without it at one row: it keeps prefetch_weights. */
+ * -5..-7 %, INT4-AWQ -5..-14 % (one run of four 1.00), W4A8 -3..-11 %. fp8's blocks of 4 rows take none at one and two
+ * rows since their rows are interleaved into one stream (pack_fp8; side by side they ran 1.7x slower without it). */
 INLINE void prefetch_lanes(const void *at, const int rows) {
     if (rows > 1) prefetch_weights(at, rows <= 2, 0);
 }
@@ -1345,7 +1345,15 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
  * Layout (pack_fp8): each 64 weights stored as 32 words, word i holding weight k0 + i in its high byte and
  * k0 + 32 + i in its low byte: the high bytes are in place for the shift as loaded, the low ones after one shift
  * left, so 64 weights cost 5 vector instructions (fp8_pair_as_bf16), not the 6 of unpacking a natural order
- * against zeros first. At one row the kernel is bound by those instructions (~48 GB/s of fp8 from any cache
+ * against zeros first. Where N is a multiple of 4, each block of 4 rows (fp8_tile's block) is one stream, the
+ * rows' pieces of 64 interleaved (fp8_at): a thread's weights are then one sequential stream, which the hardware
+ * prefetchers keep up with at one and two rows without software prefetch, as the lanes kernels' (below). Against 4
+ * rows side by side, prefetched 8 KiB ahead into L2 (2026-11-27, Zen 4): a step's 64 fp8 GEMVs of `small` from C,
+ * both threads, 40 rounds alternating with a 128 MiB read: 0.95 / 1.07 of the read's rate in the fast / slow memory
+ * state against 0.85 / 0.99 (without the prefetch the rows side by side ran at 0.31 / 0.53); whole fp8 steps, two
+ * builds alternating (perf/ab_steps.py --slices 32, three runs, both memory states): 1 / 2 / 3 / 4 / 8 / 16
+ * sequences -6..-12 / -2..-7 / -14 / -6..-10 / -9..-15 / -4..-13 %. From 3 rows the blocks are still prefetched
+ * (without, 4 / 8 sequences +14 / +20 %; at 3 even). At one row the kernel is bound by those instructions (~48 GB/s of fp8 from any cache
  * level, where bf16's GEMV streams ~95; 2026-11-26), which this VM's memory outruns in its fast state.
  * w [N, K] bytes, K a multiple of 64; scale [N] fp32; x [M, K] bf16; y [M, N] bf16. */
 #if defined(__AVX512BF16__)
@@ -1355,6 +1363,12 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
 #define FP8_WIDE_MIN_LONG 17 /* ... where the widened block and a pass of x overflow L1 (FP8_WIDE_L1) */
 #define FP8_WIDE_L1 (32 * 1024)
 #define FP8_WIDE_MAX_K 8192 /* the widened block's bytes on the stack: 4 rows x K x 2 (64 KiB at most) */
+
+/* Weights k .. k + 63 of row j of a block of nb rows starting at `block` in pack_fp8's layout (blocks of 4: their
+ * rows interleaved by 64; else rows of K in turn). */
+INLINE const uint8_t *fp8_at(const uint8_t *block, const int nb, int j, int K, int k) {
+    return nb == 4 ? block + (int64_t)k * 4 + j * 64 : block + (int64_t)j * K + k;
+}
 
 INLINE __m512bh fp8_as_bf16(__m512i high_bytes) {
     return (__m512bh)_mm512_and_si512(_mm512_srai_epi16(high_bytes, 4), _mm512_set1_epi16((short)0x87FF));
@@ -1383,13 +1397,13 @@ INLINE void fp8_pair_as_bf16(__m512i words, __m512bh *first, __m512bh *second) {
  * cache at 1-3 rows 18-28 % faster; a step's GEMMs streamed 1-8 % faster at 1-16 rows; whole steps at 2-12
  * sequences 4-16 % faster in most runs, at 16 within this VM's noise (-2 to +8 %). */
 INLINE void fp8_tile(const uint16_t *x, const int rows, const int nb, int K, const uint8_t *wrow, const float *scale,
-                     uint16_t *y, int64_t N) {
+                     uint16_t *y, int64_t N, int fetch) {
     __m512 acc[16];
     for (int i = 0; i < rows * nb; i++) acc[i] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 64) {
         for (int j = 0; j < nb; j++) {
-            const uint8_t *at = wrow + (int64_t)j * K + k;
-            prefetch_weights(at, 1, nb * (int64_t)K);
+            const uint8_t *at = fp8_at(wrow, nb, j, K, k);
+            if (fetch) prefetch_weights(at, 1, nb * (int64_t)K);
             __m512bh w0, w1;
             fp8_pair_as_bf16(_mm512_loadu_si512((const void *)at), &w0, &w1);
             for (int m = 0; m < rows; m++) {
@@ -1433,17 +1447,17 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
         for (int n = 0; n < N; n += 4) {
             uint16_t tile[4 * FP8_WIDE_MAX_K] __attribute__((aligned(64)));
             float out_scale[4];
-            for (int j = 0; j < 4; j++) {
-                const uint8_t *wrow = w + (int64_t)(n + j) * K;
-                for (int k = 0; k < K; k += 64) {
-                    prefetch_weights(wrow + k, 1, 4 * (int64_t)K);
+            const uint8_t *block = w + (int64_t)n * K;
+            for (int k = 0; k < K; k += 64)
+                for (int j = 0; j < 4; j++) {
+                    const uint8_t *at = fp8_at(block, 4, j, K, k);
+                    prefetch_weights(at, 1, 4 * (int64_t)K);
                     __m512bh w0, w1;
-                    fp8_pair_as_bf16(_mm512_loadu_si512((const void *)(wrow + k)), &w0, &w1);
+                    fp8_pair_as_bf16(_mm512_loadu_si512((const void *)at), &w0, &w1);
                     _mm512_store_si512((void *)(tile + j * K + k), (__m512i)w0);
                     _mm512_store_si512((void *)(tile + j * K + k + 32), (__m512i)w1);
                 }
-                out_scale[j] = scale[n + j] * FP8_OUT_SHIFT;
-            }
+            for (int j = 0; j < 4; j++) out_scale[j] = scale[n + j] * FP8_OUT_SHIFT;
             for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
                 const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
 #define FP8_WIDE(R) bf16_block(xs + m0 * K, R, K, tile, y + m0 * N + n, N, out_scale, 0)
@@ -1454,17 +1468,19 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
         free(xs);
         return;
     }
-    /* weight rows per block and rows per pass: see fp8_tile */
+    /* weight rows per block and rows per pass: see fp8_tile. Blocks of 4, one stream each (pack_fp8), take no
+     * software prefetch at one row (see the layout above). */
     const int nb = N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
     const int64_t per_pass = nb == 4 ? rows_per_pass(M, 3) : M <= 8 ? M : rows_per_pass(M, 4);
+    const int fetch = nb < 4 || M > 2;
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n += nb) {
         const uint8_t *wrow = w + (int64_t)n * K;
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-#define FP8_FOUR(R) fp8_tile(xs + m0 * K, R, 4, K, wrow, scale + n, y + m0 * N + n, N)
-#define FP8_PAIR(R) fp8_tile(xs + m0 * K, R, 2, K, wrow, scale + n, y + m0 * N + n, N)
-#define FP8_ONE(R) fp8_tile(xs + m0 * K, R, 1, K, wrow, scale + n, y + m0 * N + n, N)
+#define FP8_FOUR(R) fp8_tile(xs + m0 * K, R, 4, K, wrow, scale + n, y + m0 * N + n, N, fetch)
+#define FP8_PAIR(R) fp8_tile(xs + m0 * K, R, 2, K, wrow, scale + n, y + m0 * N + n, N, fetch)
+#define FP8_ONE(R) fp8_tile(xs + m0 * K, R, 1, K, wrow, scale + n, y + m0 * N + n, N, fetch)
             if (nb == 4) { FOR_1_TO_4(rows, FP8_FOUR) }
             else if (nb == 2) { FOR_1_TO_8(rows, FP8_PAIR) }
             else { FOR_1_TO_8(rows, FP8_ONE) }
@@ -1486,13 +1502,14 @@ void widen_fp8(const uint8_t *w, const float *scale, int N, int K, uint16_t *out
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float row[K];
-        const uint8_t *wrow = w + (int64_t)n * K;
+        const int nb = N % 4 == 0 ? 4 : 1; /* pack_fp8's layout */
+        const uint8_t *block = w + (int64_t)(n - n % nb) * K;
         const __m512 s = _mm512_set1_ps(scale[n]);
         for (int k0 = 0; k0 < K; k0 += 64) {
             /* as gemm_fp8 reads them (k0 .. k0+31 in the words' high bytes, then the low bytes shifted up; what is
              * left in the low byte is masked off below), then per 16 words the fp32 of the fp8: sign, exponent
              * e + 120, mantissa; zero where e = 0 (zeros and subnormals) */
-            __m512i words = _mm512_loadu_si512((const void *)(wrow + k0));
+            __m512i words = _mm512_loadu_si512((const void *)fp8_at(block, nb, n % nb, K, k0));
             __m512i halves[2] = {words, _mm512_slli_epi16(words, 8)};
             for (int h = 0; h < 2; h++)
                 for (int q = 0; q < 2; q++) {
