@@ -503,7 +503,7 @@ def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_qua
 @pytest.mark.parametrize("rows, k, n", [(1, 768, 200), (2, 768, 200), (5, 768, 200), (8, 768, 200), (12, 768, 200),
                                         (13, 768, 200), (31, 768, 200), (16, 2048, 200), (17, 2048, 200),
                                         (1, 768, 198), (5, 768, 201)])
-# fp8_tile in passes of 3 up to 12 rows (16 of 2048), then widened; N not a multiple of 4: rows in turn, 2 or 1 a block
+# fp8_tile in passes of 3 rows (one or two: no prefetch); N not a multiple of 4: rows in turn, 2 or 1 a block
 def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k, n):
     """FP8 on the CPU: the e4m3 bytes turned into bf16 by a shift (times 2^-120) and multiplied by the fp8-rounded
     activations in bf16 dot products: equal to the fp32 product of the exact fp8 values (subnormals, which the

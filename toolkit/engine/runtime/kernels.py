@@ -488,9 +488,9 @@ class Fp8Linear(Linear):
                                          self.input_scale_value)
             return y.reshape(*shape[:-1], self.out_features)
         if self.native is not None:
-            # prompt chunks too where this CPU's prompt GEMMs run in bf16: each block of weights widened once into L1
-            # for all rows (128 rows 286 against 250 GFLOP/s for the whole matrix widened per call and the dense
-            # GEMM, 2026-11-27), the scale applied after the sums, and a row's output the same as a decode row's
+            # prompt chunks too where this CPU's prompt GEMMs run in bf16: each block of weights widened in L1 for
+            # each pass of rows (128 rows 286 against 250 GFLOP/s for the whole matrix widened per call and the
+            # dense GEMM, 2026-11-27), the scale applied after the sums, and a row's output the same as a decode row's
             if x2.shape[0] <= NATIVE_FP8_ROWS or not prefill_in_fp32():
                 y = self.native.gemm_fp8(x2, self.weight, self.row_scales, self.act_quant, self.input_scale_value)
             else:

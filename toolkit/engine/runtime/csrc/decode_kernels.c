@@ -1027,16 +1027,13 @@ INLINE void bf16_tile(const uint16_t *x, const int rows, int K, const uint16_t *
  * 3-6 % slower, so those stay on bf16_tile. Whole bf16 decode steps: 8 / 12 / 16 sequences 2 / 25 / 21 %. */
 #define BF16_BLOCK_ROWS 6
 #define BF16_BLOCK_MIN 8
-/* out_scale (NULL: none) multiplies each weight row's sums before the rounding to bf16; `streamed`: w comes from
- * memory and is prefetched (gemm_fp8 passes a tile it widened into L1 instead). */
-INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t *w, uint16_t *y, int64_t N,
-                       const float *out_scale, const int streamed) {
+INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t *w, uint16_t *y, int64_t N) {
     __m512 acc[4 * BF16_BLOCK_ROWS];
     for (int i = 0; i < 4 * rows; i++) acc[i] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 32) {
         __m512bh wv[4];
         for (int j = 0; j < 4; j++) {
-            if (streamed) prefetch_weights(w + (int64_t)j * K + k, 1, 4 * 2 * (int64_t)K);
+            prefetch_weights(w + (int64_t)j * K + k, 1, 4 * 2 * (int64_t)K);
             wv[j] = (__m512bh)_mm512_loadu_si512((const void *)(w + (int64_t)j * K + k));
         }
         for (int m = 0; m < rows; m++) {
@@ -1047,7 +1044,7 @@ INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t 
     for (int m = 0; m < rows; m++) {
         float sums[4];
         _mm_storeu_ps(sums, sum_four(acc[m * 4], acc[m * 4 + 1], acc[m * 4 + 2], acc[m * 4 + 3]));
-        for (int j = 0; j < 4; j++) y[m * N + j] = f32_to_bf16(out_scale ? sums[j] * out_scale[j] : sums[j]);
+        for (int j = 0; j < 4; j++) y[m * N + j] = f32_to_bf16(sums[j]);
     }
 }
 #endif
@@ -1060,7 +1057,7 @@ void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, ui
         for (int n = 0; n < N; n += 4)
             for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
                 int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-#define BF16_BLOCK(R) bf16_block(x + m0 * K, R, K, w + (int64_t)n * K, y + m0 * N + n, N, NULL, 1)
+#define BF16_BLOCK(R) bf16_block(x + m0 * K, R, K, w + (int64_t)n * K, y + m0 * N + n, N)
                 FOR_1_TO_6(rows, BF16_BLOCK)
 #undef BF16_BLOCK
             }
@@ -1359,10 +1356,6 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
 #if defined(__AVX512BF16__)
 #define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
 #define FP8_OUT_SHIFT 72057594037927936.0f /* 2^56 = 2^120 / 2^64 */
-#define FP8_WIDE_MIN 13 /* rows from which gemm_fp8 widens each block of weights once for all rows (else fp8_tile's passes) */
-#define FP8_WIDE_MIN_LONG 17 /* ... where the widened block and a pass of x overflow L1 (FP8_WIDE_L1) */
-#define FP8_WIDE_L1 (32 * 1024)
-#define FP8_WIDE_MAX_K 8192 /* the widened block's bytes on the stack: 4 rows x K x 2 (64 KiB at most) */
 
 /* Weights k .. k + 63 of row j of a block of nb rows starting at `block` in pack_fp8's layout (blocks of 4: their
  * rows interleaved by 64; else rows of K in turn). */
@@ -1385,14 +1378,18 @@ INLINE void fp8_pair_as_bf16(__m512i words, __m512bh *first, __m512bh *second) {
 /* One accumulator per activation row and weight row, the two halves of each 64 weights summed into it in turn, and
  * the full sums by sum_four's tree four accumulators at a time (each row's sums run the same way at every tile
  * size). A chain of dot products waits on each one's latency, so blocks keep several weight rows in flight: 4,
- * against passes of up to 3 activation rows (each pass widening the block's weights again, from L1), up to 12 rows
- * (16 for long rows; past that gemm_fp8 widens each block once).
+ * against passes of up to 3 activation rows, each pass widening the block's weights again, from L1, at every row
+ * count.
  * Against 2 weight rows and all rows in one pass from 5 rows (before 2026-11-27 noon; 8 rows of x at K 2048 filled
  * L1) and 4 rows in one pass: fp8 steps of `small` timed in place, two builds alternating (Zen 4): the GEMMs at 4 /
  * 5 / 6 / 7 / 8 sequences -1..-12 / -18..-27 / -12..-18 / -9..-20 / -7..-10 %, down_proj (2048 inputs) at 8 -32 %;
  * whole steps at 4-8 -4..-18 %. Passes of 2 were 3-15 % slower than of 3; passes of 4 at 8 rows 1-6 % slower than one.
- * Widening each block once for all rows (gemm_fp8's path from FP8_WIDE_MIN) was 7-25 % slower at 5-8 rows: widening then
- * computing leaves memory idle in the second phase, where fp8_tile overlaps the two.
+ * Widening each block once into L1 for all rows, then bf16 dot products against it in passes of 6 (gemm_fp8's path from
+ * 13 rows, 17 for long rows, until the rows were interleaved), with the blocks as one stream each (2026-11-27
+ * afternoon, two builds alternating): whole steps at 6 / 8 / 12 / 16 sequences 27-41 / 20 / 17 / 6-8 % slower (from 5
+ * rows), at 13 / 14 / 16 / 20 / 32 18 / 7 / 4 / 9 / 6 % slower (from 17 or 33); a step's GEMMs alone at 32 / 64 / 128 /
+ * 256 rows 9 / 4 / 1 % slower, 2 % faster: widening then computing leaves memory idle in the second phase, where
+ * fp8_tile overlaps the two, and in cache the two ran alike.
  * Against two accumulators per row (one per half) and a reduction per output (2026-11-26, Zen 4): a 2 MB GEMM in
  * cache at 1-3 rows 18-28 % faster; a step's GEMMs streamed 1-8 % faster at 1-16 rows; whole steps at 2-12
  * sequences 4-16 % faster in most runs, at 16 within this VM's noise (-2 to +8 %). */
@@ -1431,45 +1428,8 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
     /* x rounded as calibrated (as kernels.fake_quant_activation rounds it, in bf16), then times 2^64: exact */
     uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
     shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
-    const int64_t wide_bytes = (int64_t)K * 2 * (4 + BF16_BLOCK_ROWS); /* the widened block and a pass of x */
-    if (M >= (wide_bytes <= FP8_WIDE_L1 ? FP8_WIDE_MIN : FP8_WIDE_MIN_LONG) && N % 4 == 0 && K <= FP8_WIDE_MAX_K) {
-        /* From FP8_WIDE_MIN rows: each block of 4 weight rows widened once into L1, then bf16_block's dot products
-         * against all rows in passes of up to 6 (fp8_tile widens a block again for every pass of rows, and its dot
-         * products share the vector pipes with that widening). The same dot products in the same order, the same
-         * tree, the same scale product: bit-identical to fp8_tile, so a row's outputs keep not depending on its
-         * batch. Against fp8_tile in passes of 3 (fp8 steps of `small` timed in place, two builds alternating,
-         * 2026-11-27, Zen 4): the GEMMs of 768 inputs at 9 / 12 / 14 / 16 sequences 13-17 / 4-11 % slower, 2-4 /
-         * 2-3 % faster; down_proj's 2048 (its widened block and a pass of x, 40 KiB, overflow L1) 12-33 % slower up
-         * to 16. Below that, widening then computing leaves memory idle in the second phase, where fp8_tile
-         * overlaps the two. */
-        const int64_t per_pass = rows_per_pass(M, BF16_BLOCK_ROWS);
-        #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n += 4) {
-            uint16_t tile[4 * FP8_WIDE_MAX_K] __attribute__((aligned(64)));
-            float out_scale[4];
-            const uint8_t *block = w + (int64_t)n * K;
-            for (int k = 0; k < K; k += 64)
-                for (int j = 0; j < 4; j++) {
-                    const uint8_t *at = fp8_at(block, 4, j, K, k);
-                    prefetch_weights(at, 1, 4 * (int64_t)K);
-                    __m512bh w0, w1;
-                    fp8_pair_as_bf16(_mm512_loadu_si512((const void *)at), &w0, &w1);
-                    _mm512_store_si512((void *)(tile + j * K + k), (__m512i)w0);
-                    _mm512_store_si512((void *)(tile + j * K + k + 32), (__m512i)w1);
-                }
-            for (int j = 0; j < 4; j++) out_scale[j] = scale[n + j] * FP8_OUT_SHIFT;
-            for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
-                const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-#define FP8_WIDE(R) bf16_block(xs + m0 * K, R, K, tile, y + m0 * N + n, N, out_scale, 0)
-                FOR_1_TO_6(rows, FP8_WIDE)
-#undef FP8_WIDE
-            }
-        }
-        free(xs);
-        return;
-    }
     /* weight rows per block and rows per pass: see fp8_tile. Blocks of 4, one stream each (pack_fp8), take no
-     * software prefetch at one row (see the layout above). */
+     * software prefetch at one or two rows (see the layout above). */
     const int nb = N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
     const int64_t per_pass = nb == 4 ? rows_per_pass(M, 3) : M <= 8 ? M : rows_per_pass(M, 4);
     const int fetch = nb < 4 || M > 2;
