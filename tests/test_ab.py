@@ -42,6 +42,23 @@ def test_runs_that_do_not_reproduce_are_refused():
     assert c.verdict == "noise" and "do not reproduce" in c.reason
 
 
+def test_repetitions_that_drift_yet_lie_far_apart_are_judged():
+    # The candidate's repetitions differ by 35 % (the machine's state moved), but the nearest two of the variants'
+    # lie 48 % apart: the difference is larger than any drift seen, so it reproduces.
+    c = compare("inter_token_latency", "s", "A", "B", reps(100, seed=10, drift=[0.0, 0.01, -0.01]),
+                reps(40, seed=11, drift=[0.3, 0.0, -0.05]), lower_is_better=True)
+    assert c.rep_spread > 0.25 and c.rep_gap > c.rep_spread
+    assert c.verdict == "better" and "apart" in c.reason
+    # the same drift against a difference it could close stays noise, naming both figures
+    c = compare("inter_token_latency", "s", "A", "B", reps(100, seed=10, drift=[0.0, 0.01, -0.01]),
+                reps(60, seed=11, drift=[0.4, 0.0, -0.05]), lower_is_better=True)
+    assert c.rep_gap < c.rep_spread and c.verdict == "noise" and "between the variants' nearest ones" in c.reason
+    # and higher-is-better: the candidate's lowest repetition above the baseline's highest
+    c = compare("output_token_throughput", "s", "A", "B", reps(100, n=1, noise=0.001, seed=12, drift=[0.0, 0.01, 0.0]),
+                reps(220, n=1, noise=0.001, seed=13, drift=[-0.15, 0.0, 0.15]), lower_is_better=False)
+    assert c.rep_spread > 0.25 and c.verdict == "better"
+
+
 def test_one_repetition_is_never_enough():
     c = compare("time_to_first_token", "s", "A", "B", reps(100, count=1), reps(50, count=1, seed=9), True)
     assert c.verdict == "noise" and "repeat" in c.reason
