@@ -9,8 +9,14 @@ import time
 from pathlib import Path
 
 
+from toolkit.deploy.names import ENGINE_MODEL, KV_BLOCKS, KV_BLOCK_LABEL, PENDING, QUEUE_US
+
 # The Python models around the engine in NVIDIA's inflight_batcher_llm ensemble (both targets' repositories).
 PREPROCESSING, POSTPROCESSING = "preprocessing", "postprocessing"
+ENSEMBLE = "ensemble"
+# Triton's models on a request's way, each with its own queue: the tokenizer once per request, the ensemble, the
+# engine, the detokenizer once per streamed response (so its "requests" are responses).
+REQUEST_PATH = (PREPROCESSING, ENSEMBLE, ENGINE_MODEL, POSTPROCESSING)
 
 # Triton core (queue/compute time, counts, pending), the TensorRT-LLM backend, and our CPU engine.
 _KEEP_PREFIXES = ("nv_inference_", "nv_trt_llm_", "toolkit_", "nv_cpu_", "nv_gpu_memory")
@@ -127,7 +133,7 @@ def metric_series(samples: list[dict], name: str, **labels) -> list[float]:
         k.startswith(name) for k in s["metrics"])]
 
 
-def summarize_server_metrics(samples: list[dict], engine_model: str = "tensorrt_llm") -> dict:
+def summarize_server_metrics(samples: list[dict]) -> dict:
     """What the server saw during one step: per-request queue and compute time (Triton core), pending
     requests, KV-cache blocks, and the CPU engine's prefill/decode means. Pure: samples in, numbers out."""
     if len(samples) < 2:
@@ -138,22 +144,16 @@ def summarize_server_metrics(samples: list[dict], engine_model: str = "tensorrt_
     # model is decoupled, so it times only the execute() call that hands the request to the engine and
     # returns (about a millisecond for a request that streams for seconds). The engine's own prefill /
     # decode histograms below are its compute view.
-    # The ensemble's path: the tokenizer (preprocessing) once per request, the engine, the detokenizer
-    # (postprocessing) once per streamed response, so its "requests" are responses; each model keeps its own queue.
-    for model in (PREPROCESSING, "ensemble", engine_model, POSTPROCESSING):
+    for model in REQUEST_PATH:
         done = _delta(first, last, "nv_inference_request_success", model=model)
         if done > 0:
-            out[model] = {
-                "requests": done,
-                "queue_ms_per_request": _delta(first, last, "nv_inference_queue_duration_us", model=model) / done / 1e3,
-            }
-    pending = metric_series(samples, "nv_inference_pending_request_count")
+            out[model] = {"requests": done, "queue_ms_per_request": _delta(first, last, QUEUE_US, model=model) / done / 1e3}
+    pending = metric_series(samples, PENDING)
     if pending:
         out["pending_requests_max"] = max(pending)
     for source, used_name, used_labels, max_name, max_labels in (
         ("cpu_engine", "toolkit_kv_cache_blocks_used", {}, "toolkit_kv_cache_blocks_max", {}),
-        ("tensorrt_llm", "nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "used"},
-         "nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "max"}),
+        (ENGINE_MODEL, KV_BLOCKS, {KV_BLOCK_LABEL: "used"}, KV_BLOCKS, {KV_BLOCK_LABEL: "max"}),
     ):
         used = metric_series(samples, used_name, **used_labels)
         capacity = metric_series(samples, max_name, **max_labels)

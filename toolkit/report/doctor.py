@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.bench.server_metrics import POSTPROCESSING, PREPROCESSING, metric_series
+from toolkit.bench.server_metrics import POSTPROCESSING, PREPROCESSING, REQUEST_PATH, metric_series
 from toolkit.bench.rundir import RunDir, step_level
 
 DECODE_DOMINANT_SHARE = 0.8
@@ -72,9 +72,7 @@ def _fewer_bytes(run: RunDir) -> str:
     return f"the weights ({qformat}) and KV cache ({kv}) are already compact"
 
 
-# Triton's models on a request's way to its first token, each with its own queue (toolkit/bench/server_metrics.py).
-TTFT_PATH = (PREPROCESSING, "ensemble", "tensorrt_llm", POSTPROCESSING)
-PYTHON_MODELS = (PREPROCESSING, POSTPROCESSING)
+PYTHON_MODELS = (PREPROCESSING, POSTPROCESSING)  # of REQUEST_PATH: the tokenizer and detokenizer
 
 
 def _queue_ms(step: dict, model: str) -> float:
@@ -85,7 +83,7 @@ def _queue_ms(step: dict, model: str) -> float:
 def _triton_queue_ms(step: dict) -> float:
     """Mean time a request of this step waited in Triton's queues before its first token: the tokenizer's, the
     ensemble's, the engine model's, and the detokenizer's for its first response, ms."""
-    return sum(_queue_ms(step, m) for m in TTFT_PATH)
+    return sum(_queue_ms(step, m) for m in REQUEST_PATH)
 
 
 def _python_models_lever(run: RunDir) -> str:
@@ -125,7 +123,7 @@ def check_queueing(run: RunDir) -> list[Finding]:
             continue
         queue = _triton_queue_ms(step)
         if queue / ttft > QUEUE_DOMINANT_SHARE:
-            parts = ", ".join(f"{m} {_queue_ms(step, m):.1f}" for m in TTFT_PATH if _queue_ms(step, m) >= 0.05)
+            parts = ", ".join(f"{m} {_queue_ms(step, m):.1f}" for m in REQUEST_PATH if _queue_ms(step, m) >= 0.05)
             in_python = sum(_queue_ms(step, m) for m in PYTHON_MODELS)
             lever = (_python_models_lever(run) if in_python > queue / 2 else
                      "more model instances or a larger max_batch_size / max_num_tokens; in rate mode, the arrival "
@@ -145,7 +143,7 @@ def check_queueing(run: RunDir) -> list[Finding]:
     server = high.get("server") or {}
     evidence = (f"TTFT p50 {_m(low, 'time_to_first_token'):.1f} ms at {low['step']} → "
                 f"{_m(high, 'time_to_first_token'):.1f} ms at {high['step']} (×{growth:.1f} for load ×{load_growth:g})")
-    if any(m in server for m in TTFT_PATH):
+    if any(m in server for m in REQUEST_PATH):
         evidence += f"; Triton queue {_triton_queue_ms(high):.1f} ms per request at {high['step']}"
     if server.get("prefill_ms_mean"):
         evidence += f"; engine arrival → first token {server['prefill_ms_mean']:.1f} ms"
@@ -154,7 +152,7 @@ def check_queueing(run: RunDir) -> list[Finding]:
     batch = _engine(run).get("max_batch_size")
     if batch is not None and high.get("concurrency") and batch < step_level(high):
         summary = "Requests wait for a batch slot: TTFT grows faster than load"
-    elif any(m in server for m in TTFT_PATH):  # Triton's queues are measured and are not where time goes
+    elif any(m in server for m in REQUEST_PATH):  # Triton's queues are measured and are not where time goes
         summary = "TTFT grows faster than load, though requests do not wait in Triton's queue"
     else:
         summary = "TTFT grows faster than load"

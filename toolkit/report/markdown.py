@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from toolkit.bench.metrics import METRICS, RECORD_METRICS
-from toolkit.bench.server_metrics import POSTPROCESSING, PREPROCESSING
+from toolkit.bench.server_metrics import POSTPROCESSING, REQUEST_PATH
 from toolkit.bench.rundir import RunDir
 from toolkit.engine.format_effect import format_effect_sentence, read_format_effect
 from toolkit.report.workload_tables import workload_lines
@@ -196,7 +196,7 @@ def step_table(step: dict) -> str:
     lines += workload_lines(step)
     server = step.get("server") or {}
     parts = []
-    for model in (PREPROCESSING, "ensemble", "tensorrt_llm", POSTPROCESSING):
+    for model in REQUEST_PATH:
         if model in server:
             per = "response" if model == POSTPROCESSING else "request"  # the detokenizer runs per streamed response
             parts.append(f"{model} queue {fmt(server[model]['queue_ms_per_request'])} ms per {per}")

@@ -14,6 +14,7 @@ from typing import Callable
 from toolkit.bench.metrics import METRICS, InterChunkGap, InterTokenLatency
 from toolkit.bench.records import read_jsonl
 from toolkit.bench.rundir import RunDir, step_level
+from toolkit.deploy.names import ENGINE_MODEL, QUEUE_US
 
 _MODES = {"concurrency": "concurrency (in-flight requests)", "rate": "request rate (requests/s)"}
 
@@ -302,8 +303,8 @@ def server_timeline(run: RunDir, label: str) -> bytes | None:
     # Queue time per request between scrapes in which requests completed (undefined in between).
     queue_points, previous = [], None
     for t, s in zip(times, samples):
-        q = sum_metric(s["metrics"], "nv_inference_queue_duration_us", model="tensorrt_llm")
-        n = sum_metric(s["metrics"], "nv_inference_request_success", model="tensorrt_llm")
+        q = sum_metric(s["metrics"], QUEUE_US, model=ENGINE_MODEL)
+        n = sum_metric(s["metrics"], "nv_inference_request_success", model=ENGINE_MODEL)
         if previous and n > previous[1]:
             queue_points.append((t, (q - previous[0]) / (n - previous[1]) / 1e3))
         if previous is None or n > previous[1]:
