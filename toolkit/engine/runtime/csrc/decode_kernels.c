@@ -1350,8 +1350,9 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
  * state against 0.85 / 0.99 (without the prefetch the rows side by side ran at 0.31 / 0.53); whole fp8 steps, two
  * builds alternating (perf/ab_steps.py --slices 32, three runs, both memory states): 1 / 2 / 3 / 4 / 8 / 16
  * sequences -6..-12 / -2..-7 / -14 / -6..-10 / -9..-15 / -4..-13 %. From 3 rows the blocks are still prefetched
- * (without, 4 / 8 sequences +14 / +20 %; at 3 even). At one row the kernel is bound by those instructions (~48 GB/s of fp8 from any cache
- * level, where bf16's GEMV streams ~95; 2026-11-26), which this VM's memory outruns in its fast state.
+ * (without, 4 / 8 sequences +14 / +20 %; at 3 even). At one row the kernel is bound by those instructions (~48 GB/s
+ * of fp8 from any cache level, where bf16's GEMV streams ~95; 2026-11-26), which this VM's memory outruns in its fast
+ * state.
  * w [N, K] bytes, K a multiple of 64; scale [N] fp32; x [M, K] bf16; y [M, N] bf16. */
 #if defined(__AVX512BF16__)
 #define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
@@ -1387,7 +1388,7 @@ INLINE void fp8_pair_as_bf16(__m512i words, __m512bh *first, __m512bh *second) {
  * Widening each block once into L1 for all rows, then bf16 dot products against it in passes of 6 (gemm_fp8's path from
  * 13 rows, 17 for long rows, until the rows were interleaved), with the blocks as one stream each (2026-11-27
  * afternoon, two builds alternating): whole steps at 6 / 8 / 12 / 16 sequences 27-41 / 20 / 17 / 6-8 % slower (from 5
- * rows), at 13 / 14 / 16 / 20 / 32 18 / 7 / 4 / 9 / 6 % slower (from 17 or 33); a step's GEMMs alone at 32 / 64 / 128 /
+ * rows), at 13 / 14 / 16 / 20 / 32 10-17 / 6-7 / 4 / 9 / 6 % slower (from 17 or 33); a step's GEMMs alone at 32 / 64 / 128 /
  * 256 rows 9 / 4 / 1 % slower, 2 % faster: widening then computing leaves memory idle in the second phase, where
  * fp8_tile overlaps the two, and in cache the two ran alike.
  * Against two accumulators per row (one per half) and a reduction per output (2026-11-26, Zen 4): a 2 MB GEMM in
