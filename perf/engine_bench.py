@@ -48,7 +48,10 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   batch-1 steps per format (order rotating), each round's ratio to bf16's slice tens of milliseconds before or
   after; the median and quartiles over rounds, and per memory state (a read after each round). The table's
   columns are minutes apart and can fall in different memory states (INT4-AWQ 0.44x bf16 across columns, 0.26x
-  paired, 2026-11-27): the "INT4 <= 0.4x, 8-bit <= 0.6x" targets are read from this line.
+  paired, 2026-11-27): the "INT4 <= 0.4x, 8-bit <= 0.6x" targets are read from this line. Beside each format's
+  step there, its ratio to its floor at the read after its round (since 2026-11-27 noon): the formats take turns
+  within each round, so a slow-compute minute weighs on all of them, where the paired floor above runs one format's
+  slices in a row.
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ ROUNDS = 32  # rounds of the paired comparison across formats (_paired_formats)
 
 
 def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, threads: int | None, read_once=None,
-                    rounds: int = ROUNDS) -> dict:
+                    rounds: int = ROUNDS, step_bytes: dict[str, float] | None = None) -> dict:
     """Every format's batch-1 step against bf16's ("none"), paired: one runner per format loaded side by side, and
     `rounds` rounds of one slice per format (SLICE steps, the order rotating every round), each format's slice median
     over bf16's in the same round, tens of milliseconds apart. The table's columns come from one format after
@@ -152,7 +155,11 @@ def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, thread
     {"all": {qformat: {"ratio": median ratio, "low" / "high": its quartiles, "step_ms": median slice}}}, bf16's
     ratio 1; with read_once (fn() -> bytes/s, one read after each round), the same per memory state ("slow" /
     "fast", by FAST_ABOVE) where a state held at least 3 rounds: a format can be memory-bound in one and bound by
-    its kernel's arithmetic in the other."""
+    its kernel's arithmetic in the other. With step_bytes too (each format's bytes a step reads), each format's slice
+    against its floor at the rate read after its round ("floor": the median ratio): the formats take turns within
+    each round, so a minute in which this VM computes slowly (its neighbours' load) weighs on every format alike,
+    where _paired_floor's slices run one format's in a row (INT4-AWQ 2.00x its floor there, 2.52 ms a step, and
+    1.48 ms in these rounds of the same run, 2026-11-27 11:46)."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK)
@@ -177,6 +184,8 @@ def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, thread
             quartiles = statistics.quantiles(ratios, n=4, method="inclusive")
             out[q] = {"ratio": statistics.median(ratios), "low": quartiles[0], "high": quartiles[2],
                       "step_ms": statistics.median(steps[q][i] for i in picked) * 1e3}
+            if rates and step_bytes and q in step_bytes:
+                out[q]["floor"] = statistics.median(steps[q][i] * rates[i] / step_bytes[q] for i in picked)
         return out
 
     result = {"all": summary(list(range(rounds)))}
@@ -188,10 +197,13 @@ def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, thread
 def _paired_formats_line(paired: dict) -> str:
     """"fp8 0.56 [0.52, 0.61] (3.44 ms), ...; bf16 6.15 ms", each format's median ratio to bf16 with its quartiles
     and median step, over all rounds and per memory state."""
+    def step(p: dict) -> str:
+        return f"{p['step_ms']:.2f} ms" + (f", {p['floor']:.2f}x its floor" if "floor" in p else "")
+
     def line(figures: dict) -> str:
-        return (", ".join(f"{q} {p['ratio']:.2f} [{p['low']:.2f}, {p['high']:.2f}] ({p['step_ms']:.2f} ms)"
+        return (", ".join(f"{q} {p['ratio']:.2f} [{p['low']:.2f}, {p['high']:.2f}] ({step(p)})"
                           for q, p in figures.items() if q not in ("none", "rounds"))
-                + f"; bf16 {figures['none']['step_ms']:.2f} ms")
+                + f"; bf16 {step(figures['none'])}")
 
     def label(state: str, figures: dict) -> str:
         return f"{state} ({figures['rounds']} rounds)" if "rounds" in figures else state
@@ -604,8 +616,10 @@ def main() -> None:
     paired_formats = {}
     if "none" in rows and len(rows) > 1:
         paired_formats = _paired_formats({q: build / "checkpoints" / f"{args.model}-{q}" for q in rows}, args.isl,
-                                         native, threads, read_once)
-        print(f"batch-1 step over bf16's, paired round by round ({ROUNDS} rounds, median [quartiles] (median step)): "
+                                         native, threads, read_once,
+                                         step_bytes={q: r["step_bytes"] for q, r in rows.items()})
+        print(f"batch-1 step over bf16's, paired round by round ({ROUNDS} rounds, median [quartiles] (median step, "
+              "against its floor at the read after its round)): "
               + _paired_formats_line(paired_formats), flush=True)
     peers = {}
     if not args.no_peers and (PEERS / "venv/bin/python").is_file():
