@@ -42,8 +42,8 @@ from toolkit.plan.hardware import HardwareSpec
 CACHE = CACHE_ROOT / "cpu_probe.json"
 # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages; 22: INT4-AWQ
 # and W4A8 on the int4 x int8 kernel, W4A8 probed apart; 23: the few-row rates keep the activations' rounding; 24: attention
-# between reads, as in a step)
-VERSION = 24
+# between reads, as in a step; 25: fp8's weights one stream per block of 4 rows, faster at every row count)
+VERSION = 25
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
 # int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
