@@ -106,13 +106,18 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
     for _ in range(pairs):
         steps.append(slice_median())
         rates.append(read_once())
-        ratios.append(steps[-1] / (step_bytes / rates[-1]))
+        ratios.append(_over_floor(steps[-1], step_bytes, rates[-1]))
     states = {state: {"pairs": len(picked), "step_ms": statistics.median(steps[i] for i in picked) * 1e3,
                       "bandwidth": statistics.median(rates[i] for i in picked),
                       "ratio": statistics.median(ratios[i] for i in picked)}
               for state, picked in _memory_states(rates).items()}
     return {"pairs": pairs, "step_ms": statistics.median(steps) * 1e3, "bandwidth": statistics.median(rates),
             "ratio": statistics.median(ratios), "states": states}
+
+
+def _over_floor(step_s: float, step_bytes: float, rate: float) -> float:
+    """A step's time over its floor: the bytes it reads at `rate` (bytes/s)."""
+    return step_s / (step_bytes / rate)
 
 
 def _memory_states(rates: list[float]) -> dict[str, list[int]]:
@@ -185,7 +190,7 @@ def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, thread
             out[q] = {"ratio": statistics.median(ratios), "low": quartiles[0], "high": quartiles[2],
                       "step_ms": statistics.median(steps[q][i] for i in picked) * 1e3}
             if rates and step_bytes and q in step_bytes:
-                out[q]["floor"] = statistics.median(steps[q][i] * rates[i] / step_bytes[q] for i in picked)
+                out[q]["floor"] = statistics.median(_over_floor(steps[q][i], step_bytes[q], rates[i]) for i in picked)
         return out
 
     result = {"all": summary(list(range(rounds)))}
@@ -195,8 +200,9 @@ def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, thread
 
 
 def _paired_formats_line(paired: dict) -> str:
-    """"fp8 0.56 [0.52, 0.61] (3.44 ms), ...; bf16 6.15 ms", each format's median ratio to bf16 with its quartiles
-    and median step, over all rounds and per memory state."""
+    """"fp8 0.56 [0.52, 0.61] (3.44 ms, 1.05x its floor), ...; bf16 6.15 ms, 0.98x its floor", each format's median
+    ratio to bf16 with its quartiles, median step and (where measured) median ratio to its floor, over all rounds and
+    per memory state."""
     def step(p: dict) -> str:
         return f"{p['step_ms']:.2f} ms" + (f", {p['floor']:.2f}x its floor" if "floor" in p else "")
 

@@ -8,8 +8,7 @@ import re
 import time
 from pathlib import Path
 
-
-from toolkit.deploy.names import ENGINE_MODEL, KV_BLOCKS, KV_BLOCK_LABEL, PENDING, QUEUE_US
+from toolkit.deploy.names import ENGINE_MODEL, KV_BLOCKS, KV_BLOCK_LABEL, PENDING, QUEUE_US, REQUEST_SUCCESS
 
 # The Python models around the engine in NVIDIA's inflight_batcher_llm ensemble (both targets' repositories).
 PREPROCESSING, POSTPROCESSING = "preprocessing", "postprocessing"
@@ -120,7 +119,7 @@ class MetricsScraper:
 
 
 def _request_counts(sample: dict[str, float]) -> dict[str, float]:
-    return {name: value for name, value in sample.items() if name.startswith("nv_inference_request_success")}
+    return {name: value for name, value in sample.items() if name.startswith(REQUEST_SUCCESS)}
 
 
 def _delta(first: dict, last: dict, name: str, **labels) -> float:
@@ -145,7 +144,7 @@ def summarize_server_metrics(samples: list[dict]) -> dict:
     # returns (about a millisecond for a request that streams for seconds). The engine's own prefill /
     # decode histograms below are its compute view.
     for model in REQUEST_PATH:
-        done = _delta(first, last, "nv_inference_request_success", model=model)
+        done = _delta(first, last, REQUEST_SUCCESS, model=model)
         if done > 0:
             out[model] = {"requests": done, "queue_ms_per_request": _delta(first, last, QUEUE_US, model=model) / done / 1e3}
     pending = metric_series(samples, PENDING)

@@ -16,6 +16,7 @@ INFLIGHT_LABEL = "inflight_batcher_specific_metric"
 
 # Triton core, per model; the engine model is `tensorrt_llm` on both targets.
 QUEUE_US = "nv_inference_queue_duration_us"
+REQUEST_SUCCESS = "nv_inference_request_success"  # requests a model completed
 PENDING = "nv_inference_pending_request_count"  # requests in a model's queue, not yet executing
 COMPUTE_US = "nv_inference_compute_infer_duration_us"
 ENGINE_MODEL = "tensorrt_llm"

@@ -14,7 +14,7 @@ from typing import Callable
 from toolkit.bench.metrics import METRICS, InterChunkGap, InterTokenLatency
 from toolkit.bench.records import read_jsonl
 from toolkit.bench.rundir import RunDir, step_level
-from toolkit.deploy.names import ENGINE_MODEL, QUEUE_US
+from toolkit.deploy.names import ENGINE_MODEL, QUEUE_US, REQUEST_SUCCESS
 
 _MODES = {"concurrency": "concurrency (in-flight requests)", "rate": "request rate (requests/s)"}
 
@@ -304,7 +304,7 @@ def server_timeline(run: RunDir, label: str) -> bytes | None:
     queue_points, previous = [], None
     for t, s in zip(times, samples):
         q = sum_metric(s["metrics"], QUEUE_US, model=ENGINE_MODEL)
-        n = sum_metric(s["metrics"], "nv_inference_request_success", model=ENGINE_MODEL)
+        n = sum_metric(s["metrics"], REQUEST_SUCCESS, model=ENGINE_MODEL)
         if previous and n > previous[1]:
             queue_points.append((t, (q - previous[0]) / (n - previous[1]) / 1e3))
         if previous is None or n > previous[1]:

@@ -1358,6 +1358,10 @@ void unpack_int4(const uint8_t *w, const float *scales, int group, int N, int K,
 #define FP8_ACT_SHIFT 18446744073709551616.0f /* 2^64 */
 #define FP8_OUT_SHIFT 72057594037927936.0f /* 2^56 = 2^120 / 2^64 */
 
+/* Rows per interleaved block of pack_fp8's layout for N output rows: 4 where N is a multiple of 4, else 1 (rows of K
+ * in turn). */
+INLINE int fp8_layout_rows(int N) { return N % 4 == 0 ? 4 : 1; }
+
 /* Weights k .. k + 63 of row j of a block of nb rows starting at `block` in pack_fp8's layout (blocks of 4: their
  * rows interleaved by 64; else rows of K in turn). */
 INLINE const uint8_t *fp8_at(const uint8_t *block, const int nb, int j, int K, int k) {
@@ -1431,7 +1435,7 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
     shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
     /* weight rows per block and rows per pass: see fp8_tile. Blocks of 4, one stream each (pack_fp8), take no
      * software prefetch at one or two rows (see the layout above). */
-    const int nb = N % 4 == 0 ? 4 : N % 2 == 0 ? 2 : 1;
+    const int nb = fp8_layout_rows(N) == 4 ? 4 : N % 2 == 0 ? 2 : 1;
     const int64_t per_pass = nb == 4 ? rows_per_pass(M, 3) : M <= 8 ? M : rows_per_pass(M, 4);
     const int fetch = nb < 4 || M > 2;
     #pragma omp parallel for schedule(static)
@@ -1460,10 +1464,10 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
  * scale, rounded once to bf16 [N, K] in natural order (w in pack_fp8's layout). */
 void widen_fp8(const uint8_t *w, const float *scale, int N, int K, uint16_t *out) {
 #if defined(__AVX512BF16__)
+    const int nb = fp8_layout_rows(N);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float row[K];
-        const int nb = N % 4 == 0 ? 4 : 1; /* pack_fp8's layout */
         const uint8_t *block = w + (int64_t)(n - n % nb) * K;
         const __m512 s = _mm512_set1_ps(scale[n]);
         for (int k0 = 0; k0 < K; k0 += 64) {
