@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
 import requests
@@ -135,6 +136,8 @@ def _stream(url: str, tokens: int, out: list) -> None:
     count, error = 0, None
     try:
         with requests.post(f"{url}/v2/models/ensemble/generate_stream", json=body, stream=True, timeout=120) as r:
+            if r.status_code != 200:  # Triton's or haproxy's refusal, kept whole for the assertion that reads it
+                error = f"HTTP {r.status_code}: {r.text[:300]}"
             for line in r.iter_lines():
                 if line.startswith(b"data:"):
                     event = json.loads(line[5:])
@@ -191,7 +194,14 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         while time.time() < deadline and not (held := haproxy.stats()[slot(second.index)]["scur"] >= 4):
             time.sleep(0.05)
         haproxy.enable(first.index, first.handle.http_port)  # back in rotation: it takes what comes next
-        assert held, f"the replica to drain never held a queue: haproxy {haproxy.stats()}"
+        if not held:  # say what the streams did and what the replica logged, so a CI failure can be read
+            for thread in threads:
+                thread.join(30)
+            log = Path(second.handle.log_file)
+            tails = {p.name: p.read_text(errors="replace")[-1500:] for p in (log, log.with_suffix(".stdout"))
+                     if p.is_file()}
+            pytest.fail(f"the replica to drain never held a queue: haproxy {haproxy.stats()}, streams (tokens, "
+                        f"error) {results}, {time.time() - deadline + 30:.1f} s after they began; logs {tails}")
         assert haproxy.wait_up(first.index, timeout_s=15)
         controller.remove_replica()  # the newest: `second`; before the script starts, as the streams end quickly
         pre_stop = subprocess.Popen([sys.executable, str(script), "60"], stderr=subprocess.PIPE, text=True)
