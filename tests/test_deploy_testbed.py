@@ -129,11 +129,14 @@ def test_prometheus_ran_the_rule_file_deploy_emitted(testbed_run):
 
 
 STREAM_TOKENS = 140  # with the 14-token prompt, within the engine's max_seq_len of 160
+STREAMS = 18
 
 
-def _stream(url: str, tokens: int, out: list) -> None:
+def _stream(url: str, tokens: int, out: list, go: threading.Event | None = None) -> None:
     body = {"text_input": "Drain me gently, please.", "max_tokens": tokens, "stream": True, "ignore_eos": True}
     count, error = 0, None
+    if go is not None:
+        go.wait()
     try:
         with requests.post(f"{url}/v2/models/ensemble/generate_stream", json=body, stream=True, timeout=120) as r:
             if r.status_code != 200:  # Triton's or haproxy's refusal, kept whole for the assertion that reads it
@@ -181,20 +184,26 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         # engine's in-flight gauge reads 0.
         script = tmp_path / "drain.py"
         script.write_text(drain_script(second.handle.metrics_port, endpoint_settle_s=0))
-        # All 12 streams to the replica that goes (the other held out of haproxy's rotation meanwhile), as long as
-        # max_seq_len allows: 3 run at once (3 x 10 of the 32 KV blocks), 9 queue, so it holds them for a few waves.
+        # All 18 streams to the replica that goes (the other held out of haproxy's rotation meanwhile), as long as
+        # max_seq_len allows: 3 run at once (3 x 10 of the 32 KV blocks), 15 queue, so it holds them for a few waves
+        # (under 2 s in all on this engine).
         # Split by leastconn, each replica's share had ended, or had been too little to see, when the drain began on
         # a fast CPU (in_flight_at_drain 0 in fresh clones' CI, several times); a drain of nothing proves nothing.
+        # The threads start first and send together: started one by one on loaded cores (CI's), the first streams
+        # had ended before the last began, and the replica never held 4 at once.
         haproxy.drain(first.index)
-        threads = [threading.Thread(target=_stream, args=(haproxy.url, STREAM_TOKENS, results)) for _ in range(12)]
+        go = threading.Event()
+        threads = [threading.Thread(target=_stream, args=(haproxy.url, STREAM_TOKENS, results, go))
+                   for _ in range(STREAMS)]
         for thread in threads:
             thread.start()
+        go.set()
         deadline = time.time() + 30
         # Counted at haproxy (open streams), not by the engine's gauges, which lag on a starved replica.
         while time.time() < deadline and not (held := haproxy.stats()[slot(second.index)]["scur"] >= 4):
-            time.sleep(0.05)
-        haproxy.enable(first.index, first.handle.http_port)  # back in rotation: it takes what comes next
+            time.sleep(0.02)
         if not held:  # say what the streams did and what the replica logged, so a CI failure can be read
+            haproxy.enable(first.index, first.handle.http_port)
             for thread in threads:
                 thread.join(30)
             log = Path(second.handle.log_file)
@@ -202,8 +211,11 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
                      if p.is_file()}
             pytest.fail(f"the replica to drain never held a queue: haproxy {haproxy.stats()}, streams (tokens, "
                         f"error) {results}, {time.time() - deadline + 30:.1f} s after they began; logs {tails}")
+        # At once, while it holds them: waiting first for the other replica's health check (up to a second) let
+        # the streams end on loaded cores, and the drain recorded none.
+        controller.remove_replica()  # the newest: `second`
+        haproxy.enable(first.index, first.handle.http_port)  # back in rotation: it takes what comes next
         assert haproxy.wait_up(first.index, timeout_s=15)
-        controller.remove_replica()  # the newest: `second`; before the script starts, as the streams end quickly
         pre_stop = subprocess.Popen([sys.executable, str(script), "60"], stderr=subprocess.PIPE, text=True)
         idle_at = None
         while pre_stop.poll() is None:
@@ -225,7 +237,7 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         # It ends when nothing is in flight, or when the controller, finding the same first, stopped the server.
         assert pre_stop.returncode == 0 and ("no request in flight" in why or "no longer answers" in why), why
         assert idle_at is not None and script_done >= idle_at - 1.5, why
-        assert sorted(results) == [(STREAM_TOKENS, None)] * 12
+        assert sorted(results) == [(STREAM_TOKENS, None)] * STREAMS
         assert after == [(4, None)]
         drained = controller.drained[0]
         assert drained["replica"] == second.name and drained["sessions_at_drain"] > 0

@@ -116,13 +116,14 @@ class Controller:
 
     def _begin_drain(self, index: int, replica: Replica) -> None:
         # What is in flight as the drain begins, read before it does (not in the drain's thread after haproxy's
-        # command: short streams on the faster CPU engine had ended by then, recording a drain of nothing). A
-        # replica busy with those streams can be slow to answer a scrape on two shared cores, hence the long
-        # timeout (a scrape that still times out is recorded as None: unknown).
-        at_drain = in_flight(replica, timeout_s=15.0)
-        # ... and the streams open through haproxy to it: the engine's gauges are refreshed by its metrics thread,
-        # which a starved replica can leave a second or more behind; an open stream is in flight whatever they say.
+        # command: short streams on the faster CPU engine had ended by then, recording a drain of nothing).
+        # First the streams open through haproxy to it, an instant read: the engine's gauges are refreshed by its
+        # metrics thread, which a starved replica can leave a second or more behind; an open stream is in flight
+        # whatever they say. Read after the scrape below, they had ended on loaded cores.
         sessions = self.haproxy.stats().get(slot(index), {}).get("scur", 0)
+        # Then the engine's own count. A replica busy with those streams can be slow to answer a scrape on two shared
+        # cores, hence the long timeout (a scrape that still times out is recorded as None: unknown).
+        at_drain = in_flight(replica, timeout_s=15.0)
         began = time.perf_counter()
         self.haproxy.drain(index)
         thread = threading.Thread(target=self._drain, args=(index, replica, at_drain, sessions, began), daemon=True)
