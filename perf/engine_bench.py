@@ -663,7 +663,7 @@ def main() -> None:
 def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor"
-            + f" | B=1 / floor, paired per memory state (step ms at GB/s) | B=1 / re-read floor (GB/s) | "
+            + " | B=1 / floor, paired per memory state (step ms at GB/s) | B=1 / re-read floor (GB/s) | "
             + " | ".join(f"B={b} / roofline" for b in batches)
             + " | planner B=1 ms (error at each B) | in the step: GEMM GFLOP/s (probe's), attention ms | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")

@@ -8,7 +8,6 @@ import time
 import pytest
 
 from toolkit.bench.load import LoadShape
-from toolkit.bench.prompts import PromptFactory
 from toolkit.bench.records import RequestRecord
 from toolkit.bench.workloads import make_workload
 from toolkit.bench.workloads.datasets import dataset_prompts, parse_entry, read_dataset

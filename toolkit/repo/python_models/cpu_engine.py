@@ -24,7 +24,6 @@ package (toolkit.engine.runtime, importable without Triton), never the CLI or th
 import json
 import queue
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
