@@ -119,6 +119,58 @@ def test_itl_spikes_in_one_step(tmp_path):
     assert "itl_spikes" in checks(run)
 
 
+STALLED_GAPS = ([0.005] * 12 + [0.06]) * 5  # a 60 ms stall after every 12 tokens of 5 ms
+
+
+def _stalls(records):
+    return [(a, b) for r in records for a, b in zip(r.chunk_times, r.chunk_times[1:]) if b - a > 0.05]
+
+
+def _timeline(tmp_path, steps):
+    """engine_timeline.jsonl from (start, duration, prefill tokens, decode tokens) on the records' clock."""
+    (tmp_path / "engine_timeline.jsonl").write_text("".join(json.dumps(
+        {"step": i, "start": 1e9 + mono, "mono": mono, "duration": duration, "forward": duration, "batch_size": 1,
+         "context_requests": int(prefill > 0), "generation_requests": 1, "prefill_tokens": prefill,
+         "decode_tokens": decode, "draft_tokens": 0, "accepted_tokens": 0, "kv_blocks_used": 4, "kv_blocks_max": 32,
+         "waiting": 0, "preempted": 0}) + "\n" for i, (mono, duration, prefill, decode) in enumerate(steps)))
+
+
+def _spikes(run):
+    return [f for f in diagnose(run) if f.check == "itl_spikes"][0]
+
+
+def test_stalls_the_engine_stepped_through_are_the_response_path_not_prefill(tmp_path):
+    """The embedded engine kept its 5 ms steps through each stall: its tokens were made on time and reached the
+    client late (the demo's stalls at concurrency 1-8 were mostly these, 2026-11-27)."""
+    records = [record(0, "c1", 0.05, STALLED_GAPS)]
+    run = make_run(tmp_path, {1: records})
+    _timeline(tmp_path, [(0.05 + 0.005 * k, 0.004, 0, 1) for k in range(200)])
+    found = _spikes(run)
+    assert "puts the 5 gaps over 15.0 ms as 100 % delivery" in found.evidence
+    assert found.lever.startswith("the response path held tokens") and "prefill" not in found.lever
+
+
+def test_stalls_in_one_long_engine_step_are_the_host_and_in_prefill_steps_are_prefill(tmp_path):
+    stalls = _stalls([record(0, "c2", 0.05, STALLED_GAPS)])
+    for prefill, expected, lever in ((0, "100 % engine step", "the host held the engine back"),
+                                     (300, "100 % prefill", "a prefill is blocking running decodes")):
+        path = tmp_path / str(prefill)
+        path.mkdir()
+        run = make_run(path, {2: [record(0, "c2", 0.05, STALLED_GAPS)]})
+        # the engine's ordinary steps, and one step filling each stall
+        _timeline(path, [(0.05 + 0.005 * k, 0.004, 0, 1) for k in range(200)]
+                  + [(a + 0.001, b - a - 0.002, prefill, 1) for a, b in stalls])
+        found = _spikes(run)
+        assert expected in found.evidence and lever in found.lever, found
+
+
+def test_stalls_without_a_timeline_at_concurrency_1_are_not_blamed_on_prefill(tmp_path):
+    one = _spikes(make_run(tmp_path / "c1", {1: [record(0, "c1", 0.05, STALLED_GAPS)]}))
+    assert "no other request was in flight" in one.evidence and "not another request's prefill" in one.lever
+    two = _spikes(make_run(tmp_path / "c2", {2: [record(0, "c2", 0.05, STALLED_GAPS)]}))
+    assert "a prefill blocking running decodes" in two.lever and "response path" in two.lever
+
+
 def test_itl_grows_with_context_within_a_step(tmp_path):
     records = [record(i, "c1", 0.05, [0.01 + 0.0001 * isl] * 10, isl=isl) for i, isl in enumerate(range(50, 500, 50))]
     run = make_run(tmp_path, {1: records})

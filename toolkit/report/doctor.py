@@ -86,11 +86,14 @@ def _triton_queue_ms(step: dict) -> float:
     return sum(_queue_ms(step, m) for m in REQUEST_PATH)
 
 
-def _python_models_lever(run: RunDir) -> str:
+def _python_model_instances(run: RunDir) -> str:
     instances = _engine(run).get("python_model_instances")
-    now = f", now {instances}" if instances else ", now the target's default"
+    return f"engine.python_model_instances, now {instances if instances else 'the target' + chr(39) + 's default'}"
+
+
+def _python_models_lever(run: RunDir) -> str:
     return (f"the tokenizer / detokenizer models are where requests wait: more instances of them "
-            f"(engine.python_model_instances{now}), or more CPU for them beside the engine")
+            f"({_python_model_instances(run)}), or more CPU for them beside the engine")
 
 
 def _engine(run: RunDir) -> dict:
@@ -190,11 +193,49 @@ def check_ttft_grows_itl_flat(run: RunDir) -> list[Finding]:
     for step in run.steps:
         p50, p99 = _m(step, "inter_chunk_gap", "p50"), _m(step, "inter_chunk_gap", "p99")
         if p50 and p99 and p99 / p50 > ITL_SPIKE_RATIO:
-            findings.append(Finding("itl_spikes", "warn", f"Decode stalls in {step['step']}",
-                                    f"inter-chunk gap p99 {p99:.1f} ms vs p50 {p50:.1f} ms (×{p99 / p50:.1f})",
-                                    "a prefill is blocking running decodes: chunked prefill, a smaller "
-                                    "max_num_tokens per step, or separate prefill capacity"))
+            evidence = f"inter-chunk gap p99 {p99:.1f} ms vs p50 {p50:.1f} ms (×{p99 / p50:.1f})"
+            causes, lever = _stall_causes(run, step, ITL_SPIKE_RATIO * p50 / 1e3)
+            findings.append(Finding("itl_spikes", "warn", f"Decode stalls in {step['step']}", evidence + causes,
+                                    lever))
     return findings
+
+
+PREFILL_STALL_LEVER = "chunked prefill, a smaller max_num_tokens per step, or separate prefill capacity"
+
+
+def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str]:
+    """(evidence to add, lever) for a step's gaps longer than threshold_s: what the engine's step timeline says
+    each was (doctor_workloads.stall_causes), the lever for the commonest; without a timeline, the causes the
+    step's load leaves possible. A p99 / p50 ratio alone does not say a prefill blocked the decodes: at
+    concurrency 1 no other request is there to prefill, and the embedded engine's timeline showed such stalls
+    stepped through at its pace, the tokens arriving late together (2026-11-27)."""
+    from toolkit.report.doctor_workloads import stall_causes  # it builds on this module: imported late
+
+    records = run.measured_records_by_step().get(step["step"], [])
+    gaps = [(a, b) for r in records for a, b in zip(r.chunk_times, r.chunk_times[1:]) if b - a > threshold_s]
+    counts = stall_causes(run, gaps) if gaps else None
+    response_path = ("the response path held tokens the engine had made: the detokenizer (postprocessing) model "
+                     f"(more instances, {_python_model_instances(run)}, or more CPU beside the engine), Triton's "
+                     "streaming, the network, or the client's own loop (a client on another host tells the last "
+                     "two apart)")
+    if counts:
+        shares = ", ".join(f"{100 * n / len(gaps):.0f} % {cause}" for cause, n in counts.items() if n)
+        evidence = (f"; the engine's step timeline puts the {len(gaps)} gaps over {threshold_s * 1e3:.1f} ms as "
+                    f"{shares}" + (" (delivery: the engine stepped through them at its pace)" if counts["delivery"]
+                                   else ""))
+        commonest = max(counts, key=counts.get)
+        lever = {"prefill": "a prefill is blocking running decodes: " + PREFILL_STALL_LEVER,
+                 "engine step": "single engine steps without prefill ran long: the host held the engine back "
+                                "(other work on its cores, swapping, a pause in its process): check host CPU use",
+                 "delivery": response_path,
+                 "engine idle": "the engine had nothing of these requests to step: they waited for a batch slot or "
+                                "KV blocks (see the queueing and KV-cache findings)"}[commonest]
+        return evidence, lever
+    if step.get("mode") == "concurrency" and step.get("concurrency") == 1:
+        return "; no other request was in flight", ("not another request's prefill: the host held the engine back, "
+                                                    "or " + response_path)
+    return "", ("a prefill blocking running decodes (" + PREFILL_STALL_LEVER + "), or the response path "
+                "delivering tokens in bursts; the embedded engine's step timeline tells them apart")
 
 
 ITL_GROWTH = 1.5

@@ -9,6 +9,7 @@ timeline (engine_timeline.jsonl, written by the embedded engine) where there is 
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 
@@ -114,6 +115,46 @@ def check_itl_spikes_with_prefill(run: RunDir) -> list[Finding]:
             f"{'mostly filled by ' if timeline else 'crossed by '}{source} (up to {largest} prompt tokens) against "
             f"{100 * base:.0f} % of ordinary gaps", lever))
     return findings
+
+
+# --- what each long gap between streamed tokens was, by the engine's step timeline ---------------
+
+STEPPED_THROUGH = 2  # whole engine steps with decode tokens inside a gap: the engine kept its pace through it
+STALL_CAUSES = ("prefill", "engine step", "delivery", "engine idle")
+
+
+def stall_causes(run: RunDir, gaps: list[tuple[float, float]]) -> dict[str, int] | None:
+    """How many of `gaps` (start, end on the records' clock) each cause in STALL_CAUSES explains, by the engine's
+    step timeline; None without one (a server other than the embedded engine):
+    - prefill: steps carrying prefill tokens fill at least half of the gap (as check_itl_spikes_with_prefill);
+    - engine step: one step without prefill fills half of it: the step itself ran long (host contention, a pause);
+    - delivery: the engine took STEPPED_THROUGH or more whole steps with decode tokens inside it and preempted
+      nothing: a request in the batch gets a token every step, so its tokens were made on time and reached the
+      client late, together (the response path: detokenizer, Triton's streaming, the network, the client);
+    - engine idle: the rest (no step of it running: the request waited for a slot or for blocks)."""
+    steps = sorted(read_jsonl(run.path / TIMELINE_FILE), key=lambda s: s["mono"])
+    if not steps:
+        return None
+    starts = [s["mono"] for s in steps]
+    longest = max(s["duration"] for s in steps)
+    counts = dict.fromkeys(STALL_CAUSES, 0)
+    for a, b in gaps:
+        first = bisect.bisect_left(starts, a - longest)
+        inside = [s for s in steps[first:bisect.bisect_left(starts, b)] if s["mono"] + s["duration"] > a]
+
+        def covered(s: dict) -> float:
+            return min(b, s["mono"] + s["duration"]) - max(a, s["mono"])
+
+        if sum(covered(s) for s in inside if s.get("prefill_tokens")) >= PREFILL_COVER * (b - a):
+            counts["prefill"] += 1
+        elif any(covered(s) >= PREFILL_COVER * (b - a) for s in inside):
+            counts["engine step"] += 1
+        elif sum(s["mono"] >= a and s["mono"] + s["duration"] <= b and s.get("decode_tokens", 0) > 0
+                 for s in inside) >= STEPPED_THROUGH and not any(s.get("preempted") for s in inside):
+            counts["delivery"] += 1
+        else:
+            counts["engine idle"] += 1
+    return counts
 
 
 # --- TTFT growing with prompt length beyond the prefill floor ------------------------------------
