@@ -224,6 +224,16 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
                     f"{shares}" + (" (delivery: the engine stepped through them at its pace)" if counts["delivery"]
                                    else ""))
         commonest = max(counts, key=counts.get)
+        engine = _engine(run)
+        if commonest == "delivery" and engine.get("device", "cpu") == "cpu":
+            # The 2-core demo: one engine thread instead of two removed these stalls (gap p99 at concurrency 4
+            # 16-19 ms against 42-230) but cost TTFT +62-72 % and 30 % of tokens/s; two detokenizer instances left
+            # them as they were (perf/README, 2026-11-27).
+            threads = engine.get("cpu_threads") or "every core"
+            response_path = ("the serving processes (Triton's frontend, the detokenizer, a client on this host) "
+                             "wait for CPU beside an engine that fills the cores: engine.cpu_threads below the "
+                             f"core count (now {threads}) leaves them one, at the cost of engine speed, or run the "
+                             "client on another host; else " + response_path.split(": ", 1)[1])
         lever = {"prefill": "a prefill is blocking running decodes: " + PREFILL_STALL_LEVER,
                  "engine step": "single engine steps without prefill ran long: the host held the engine back "
                                 "(other work on its cores, swapping, a pause in its process): check host CPU use",
