@@ -148,6 +148,7 @@ def test_step_boundaries_come_from_the_records(tmp_path):
     assert plots.server_timeline(run, "x").startswith(b"\x89PNG")
     assert plots.engine_timeline(run, "x").startswith(b"\x89PNG")
     (run.path / "engine_timeline.jsonl").unlink()
+    run = RunDir.open(run.path)  # a RunDir reads each file once
     assert plots.engine_timeline(run, "x") is None  # no engine steps fetched: no plot, no error
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.bench.records import RequestRecord, read_jsonl, read_records
+from toolkit.engine.runtime.layout import TIMELINE_FILE
 from toolkit.errors import ToolkitError
 
 
@@ -17,6 +18,7 @@ class RunDir:
     _records: list[RequestRecord] | None = field(default=None, init=False, repr=False)
     _server_metrics: list[dict] | None = field(default=None, init=False, repr=False)
     _by_step: dict[str, list[RequestRecord]] | None = field(default=None, init=False, repr=False)
+    _engine_steps: list[dict] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def open(cls, path: str | Path) -> "RunDir":
@@ -65,6 +67,14 @@ class RunDir:
         if self._server_metrics is None:
             self._server_metrics = read_jsonl(self.path / "server_metrics.jsonl")
         return self._server_metrics
+
+    def engine_steps(self) -> list[dict]:
+        """The embedded engine's step timeline (TIMELINE_FILE, copied into the run by the sweep), in time order; empty for
+        other servers. Read once: the doctor's checks and the report's plot each want it."""
+        if self._engine_steps is None:
+            steps = [s for s in read_jsonl(self.path / TIMELINE_FILE) if "mono" in s]
+            self._engine_steps = sorted(steps, key=lambda s: s["mono"])
+        return self._engine_steps
 
 
 def step_level(step: dict) -> float:

@@ -87,8 +87,8 @@ def _triton_queue_ms(step: dict) -> float:
 
 
 def _python_model_instances(run: RunDir) -> str:
-    instances = _engine(run).get("python_model_instances")
-    return f"engine.python_model_instances, now {instances if instances else 'the target' + chr(39) + 's default'}"
+    instances = _engine(run).get("python_model_instances") or "the target's default"
+    return f"engine.python_model_instances, now {instances}"
 
 
 def _python_models_lever(run: RunDir) -> str:
@@ -214,10 +214,11 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
     records = run.measured_records_by_step().get(step["step"], [])
     gaps = [(a, b) for r in records for a, b in zip(r.chunk_times, r.chunk_times[1:]) if b - a > threshold_s]
     counts = stall_causes(run, gaps) if gaps else None
-    response_path = ("the response path held tokens the engine had made: the detokenizer (postprocessing) model "
-                     f"(more instances, {_python_model_instances(run)}, or more CPU beside the engine), Triton's "
-                     "streaming, the network, or the client's own loop (a client on another host tells the last "
-                     "two apart)")
+    # where the response path can hold tokens the engine has made
+    held_by = (f"the detokenizer (postprocessing) model (more instances, {_python_model_instances(run)}, or more CPU "
+               "beside the engine), Triton's streaming, the network, or the client's own loop (a client on another "
+               "host tells the last two apart)")
+    response_path = "the response path held tokens the engine had made: " + held_by
     if counts:
         shares = ", ".join(f"{100 * n / len(gaps):.0f} % {cause}" for cause, n in counts.items() if n)
         evidence = (f"; the engine's step timeline puts the {len(gaps)} gaps over {threshold_s * 1e3:.1f} ms as "
@@ -233,7 +234,7 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
             response_path = ("the serving processes (Triton's frontend, the detokenizer, a client on this host) "
                              "wait for CPU beside an engine that fills the cores: engine.cpu_threads below the "
                              f"core count (now {threads}) leaves them one, at the cost of engine speed, or run the "
-                             "client on another host; else " + response_path.split(": ", 1)[1])
+                             "client on another host; else " + held_by)
         lever = {"prefill": "a prefill is blocking running decodes: " + PREFILL_STALL_LEVER,
                  "engine step": "single engine steps without prefill ran long: the host held the engine back "
                                 "(other work on its cores, swapping, a pause in its process): check host CPU use",

@@ -13,7 +13,6 @@ import bisect
 import math
 import statistics
 
-from toolkit.bench.records import read_jsonl
 from toolkit.bench.rundir import RunDir, step_level
 from toolkit.bench.server_metrics import sum_metric
 from toolkit.report.doctor import ITL_SPIKE_RATIO, Finding
@@ -26,7 +25,6 @@ PREFILL_COVER = 0.5  # a stall is prefill's when steps carrying prefill fill thi
 FLOOR_RATIO = 3.0  # TTFT's growth per prompt token vs the prefill floor's
 LOW_REUSE = 0.2  # prompt-block hit rate below which a prefix-sharing workload is not being reused
 SHARING_WORKLOADS = ("shared_prefix", "multi_turn", "trace")
-TIMELINE_FILE = "engine_timeline.jsonl"  # as toolkit/engine/runtime/layout.py names it
 
 # Counters whose increase over a run the checks and scenario reports read (name → label filter).
 COUNTERS = {
@@ -59,7 +57,7 @@ def _workload(run: RunDir) -> dict:
 def _prefill_windows(run: RunDir, records) -> tuple[list[tuple[float, float, int]], str]:
     """When prefill happened: the engine's steps that carried prefill tokens (its timeline), else each
     request's first token, which marks the end of its prefill (any server)."""
-    steps = read_jsonl(run.path / TIMELINE_FILE)
+    steps = run.engine_steps()
     if steps:
         return [(s["mono"], s["mono"] + s["duration"], s["prefill_tokens"]) for s in steps
                 if s.get("prefill_tokens")], "engine steps carrying prefill tokens"
@@ -72,9 +70,13 @@ def _explained(gap: tuple[float, float, int], windows, timeline: bool, first_tok
     or another request's first token, which ends its prefill, arrives within it (records alone)."""
     a, b, me = gap
     if timeline:
-        covered = sum(min(b, end) - max(a, start) for start, end, _ in windows if start < b and end > a)
-        return covered >= PREFILL_COVER * (b - a)
+        return sum(_overlap(a, b, start, end) for start, end, _ in windows) >= PREFILL_COVER * (b - a)
     return any(a <= start <= b and first_token.get(me) != start for start, _, _ in windows)
+
+
+def _overlap(a: float, b: float, start: float, end: float) -> float:
+    """Seconds of [start, end] inside the gap [a, b] (0 where they do not meet)."""
+    return max(0.0, min(b, end) - max(a, start))
 
 
 def check_itl_spikes_with_prefill(run: RunDir) -> list[Finding]:
@@ -132,7 +134,7 @@ def stall_causes(run: RunDir, gaps: list[tuple[float, float]]) -> dict[str, int]
       nothing: a request in the batch gets a token every step, so its tokens were made on time and reached the
       client late, together (the response path: detokenizer, Triton's streaming, the network, the client);
     - engine idle: the rest (no step of it running: the request waited for a slot or for blocks)."""
-    steps = sorted(read_jsonl(run.path / TIMELINE_FILE), key=lambda s: s["mono"])
+    steps = run.engine_steps()
     if not steps:
         return None
     starts = [s["mono"] for s in steps]
@@ -141,13 +143,10 @@ def stall_causes(run: RunDir, gaps: list[tuple[float, float]]) -> dict[str, int]
     for a, b in gaps:
         first = bisect.bisect_left(starts, a - longest)
         inside = [s for s in steps[first:bisect.bisect_left(starts, b)] if s["mono"] + s["duration"] > a]
-
-        def covered(s: dict) -> float:
-            return min(b, s["mono"] + s["duration"]) - max(a, s["mono"])
-
-        if sum(covered(s) for s in inside if s.get("prefill_tokens")) >= PREFILL_COVER * (b - a):
+        covered = [(_overlap(a, b, s["mono"], s["mono"] + s["duration"]), s) for s in inside]
+        if sum(seconds for seconds, s in covered if s.get("prefill_tokens")) >= PREFILL_COVER * (b - a):
             counts["prefill"] += 1
-        elif any(covered(s) >= PREFILL_COVER * (b - a) for s in inside):
+        elif max((seconds for seconds, _ in covered), default=0.0) >= PREFILL_COVER * (b - a):
             counts["engine step"] += 1
         elif sum(s["mono"] >= a and s["mono"] + s["duration"] <= b and s.get("decode_tokens", 0) > 0
                  for s in inside) >= STEPPED_THROUGH and not any(s.get("preempted") for s in inside):

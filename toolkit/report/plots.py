@@ -12,7 +12,6 @@ import io
 from typing import Callable
 
 from toolkit.bench.metrics import METRICS, InterChunkGap, InterTokenLatency
-from toolkit.bench.records import read_jsonl
 from toolkit.bench.rundir import RunDir, step_level
 from toolkit.deploy.names import ENGINE_MODEL, QUEUE_US, REQUEST_SUCCESS
 
@@ -323,7 +322,7 @@ def server_timeline(run: RunDir, label: str) -> bytes | None:
 def engine_timeline(run: RunDir, label: str) -> bytes | None:
     """The embedded engine's own steps (engine_timeline.jsonl, fetched into the run folder by the sweep):
     step duration, batch composition, tokens per step and KV blocks, with the sweep's steps shaded."""
-    steps = [s for s in read_jsonl(run.path / "engine_timeline.jsonl") if "mono" in s]
+    steps = run.engine_steps()
     if len(steps) < 2:
         return None
     spans = step_spans(run)

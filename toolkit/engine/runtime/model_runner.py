@@ -391,7 +391,6 @@ class ModelRunner:
                                        array("q", step.context_lens), step.logits_indices)
 
     def _forward(self, step: StepInput):
-
         if self.graphs is not None and self.graphs.accepts(step):
             logits = self.graphs.run(step)
             if logits is not None:

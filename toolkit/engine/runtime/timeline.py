@@ -15,6 +15,8 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from toolkit.engine.runtime.layout import TIMELINE_FILE
+
 
 @dataclass
 class StepRecord:
@@ -102,7 +104,7 @@ def copy_window(source: str | Path, run_dir: str | Path, start: float, end: floa
     records = read_timeline(source, start, end)
     if not records:
         return None
-    out = Path(run_dir) / "engine_timeline.jsonl"
+    out = Path(run_dir) / TIMELINE_FILE
     out.write_text("".join(json.dumps(asdict(r)) + "\n" for r in records))
     out.with_suffix(".trace.json").write_text(json.dumps(chrome_trace(records)))
     return out
