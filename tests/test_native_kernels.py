@@ -215,12 +215,13 @@ def test_int4_gemm_and_its_bf16_widening_equal_the_dequantized_weights(kernels, 
 
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 16, 31])
-def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch(kernels, rows):
+@pytest.mark.parametrize("rows, group", [(1, 128), (2, 128), (3, 128), (5, 128), (8, 128), (16, 128), (31, 128),
+                                         (1, 256), (2, 256), (5, 256)])
+def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch(kernels, rows, group):
     """gemm_int4_a8: x rounded to int8 per 128 inputs (scale max |x| / 127, to nearest even), times the int4 weights
     exactly in integers, then the two scales in fp32: equal to that product in float up to fp32 summation and the
     output's bf16 rounding; and each row's result is the same bits alone as inside a batch (prompt chunks run on
-    it too)."""
+    it too). Groups of 256: each scale serves two of the kernel's 128s."""
     import torch
 
     if not kernels.has_int4_a8:
@@ -228,23 +229,23 @@ def test_int4_gemm_on_int8_activations_equals_the_rounded_product_at_every_batch
     gen = torch.Generator().manual_seed(rows)
     n, k = 90, 768  # not a multiple of the kernel's 16 rows per block: the last block padded
     values = torch.randint(-8, 8, (n, k), generator=gen)
-    scales = torch.rand(n, k // 128, generator=gen) * 0.1
+    scales = torch.rand(n, k // group, generator=gen) * 0.1
     packed, lanes = kernels.pack_int4_lanes(values), kernels.lane_scales(scales)
     x = (torch.randn(rows, k, generator=gen) * 3).to(torch.bfloat16)
     x[0, :128] = 0  # an all-zero group (scale 1, all zeros)
     groups = x.float().reshape(rows, -1, 128)
     step = (groups.abs().amax(-1, keepdim=True) / 127).where(groups.abs().amax(-1, keepdim=True) > 0, torch.ones(1))
     rounded = (torch.round(groups / step) * step).reshape(rows, k)
-    dequantized = (values.float().reshape(n, -1, 128) * scales[:, :, None]).reshape(n, k)
+    dequantized = (values.float().reshape(n, -1, group) * scales[:, :, None]).reshape(n, k)
     expected = rounded @ dequantized.t()
-    got = kernels.gemm_int4_a8(x, packed, lanes, 128, n)
+    got = kernels.gemm_int4_a8(x, packed, lanes, group, n)
     assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
     assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
     for row in {0, rows - 1}:
-        assert torch.equal(kernels.gemm_int4_a8(x[row:row + 1], packed, lanes, 128, n), got[row:row + 1])
+        assert torch.equal(kernels.gemm_int4_a8(x[row:row + 1], packed, lanes, group, n), got[row:row + 1])
     # W4A8: the fp8 rounding in the kernel's pass equals rounding first (as prefill's rows are rounded)
-    assert torch.equal(kernels.gemm_int4_a8(x, packed, lanes, 128, n, fp8_scale=0.02),
-                       kernels.gemm_int4_a8(kernels.round_activations(x, "fp8", 0.02), packed, lanes, 128, n))
+    assert torch.equal(kernels.gemm_int4_a8(x, packed, lanes, group, n, fp8_scale=0.02),
+                       kernels.gemm_int4_a8(kernels.round_activations(x, "fp8", 0.02), packed, lanes, group, n))
 
 def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
     """Decode-sized inputs go to the C GEMMs; prefill-sized ones to whichever kernel runs that format's prompt chunks
