@@ -434,6 +434,12 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     assert all(set(rates) == {str(rows) for rows in cpu_probe.DECODE_ROWS} and min(rates.values()) > 0
                for rates in first["decode_flops"].values())
     assert first["bandwidth_bytes_s"] == max(*first["gemv_bytes_s"].values(), first["read_bytes_s_sum"])
+    # each kernel's read rate: its ratio to a sum read paired with it, in the memory state of the best sum read
+    for name in kernels:
+        assert 0 < first["gemv_over_read"][name] < 10 and 0 < first["cached_gemv_over_read"][name] < 10
+        assert first["gemv_bytes_s"][name] == pytest.approx(first["gemv_over_read"][name] * first["read_bytes_s_sum"])
+        assert first["cached_gemv_bytes_s"][name] == pytest.approx(
+            first["cached_gemv_over_read"][name] * first["read_curve_bytes_s"][str(cpu_probe.CACHED_MIB)])
     assert first["stream_mib"] == 4 and set(first["read_curve_bytes_s"]) == {str(m) for m in cpu_probe.READ_CURVE_MIB}
     assert min(first["read_curve_bytes_s"].values()) > 0
     assert first["rounds"] == 2 and all(0 <= v < 1 for v in first["spread"].values()) and first["measured"]

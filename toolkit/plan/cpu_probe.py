@@ -6,6 +6,10 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   over the same bytes; the fastest read is the machine's memory roof as a decode step can read it,
   and each kernel's own read rate is what the roofline charges that format's weights. Neither alone is safe: elsewhere a sum
   understated the roof (llama.cpp read faster), here torch's stock GEMVs stop at ~60 % of a sum.
+  Each kernel's rate is measured as its ratio to a sum read of the same size right after it, pair by pair
+  (the median of GEMV_PAIRS pairs), times the probe's best sum read: on a machine whose memory speed moves
+  from second to second (a VM beside busy neighbours), rates taken minutes apart mixed memory states, and
+  the planner charged one format's weights at 32 GB/s and the next one's at 55 from the same memory.
 - Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
   best of two batches is that kernel's roof. Prefill's: the kernel on 128 rows of matrices streamed from
   memory as a prefill step calls them (each format's own kernel, or its weights widened per call), which sets
@@ -31,6 +35,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,8 +47,9 @@ from toolkit.plan.hardware import HardwareSpec
 CACHE = CACHE_ROOT / "cpu_probe.json"
 # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages; 22: INT4-AWQ
 # and W4A8 on the int4 x int8 kernel, W4A8 probed apart; 23: the few-row rates keep the activations' rounding; 24: attention
-# between reads, as in a step; 25: fp8's weights one stream per block of 4 rows, faster at every row count)
-VERSION = 25
+# between reads, as in a step; 25: fp8's weights one stream per block of 4 rows, faster at every row count; 26: the
+# GEMV rates as ratios to a sum read paired with each, times the best sum read)
+VERSION = 26
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
 # int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
@@ -56,6 +62,11 @@ _WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5, "w4a8
 # places it between the kernels' rates probed over stream_mib and over CACHED_MIB (and scales its KV reads).
 READ_CURVE_MIB = (16, 32, 64, 128, 256, 512, 1024)
 CACHED_MIB = 32  # the small working set the few-row rates are also probed on
+# GEMV reads each paired with a sum read of the same bytes (paired_read_ratio). Measured on the 2-core Zen 4 VM
+# (2026-11-27), whose memory flips between ~30 and ~55 GB/s within seconds and stays in either for seconds to half
+# an hour: one probe's fp8 GEMV read 32 GB/s and its int4 GEMV 55, against 57.7 for its best sum, and the planner
+# put fp8's batch-1 step at 3.47 ms where it ran 2.22 in the same run.
+GEMV_PAIRS = 7
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
 DECODE_IN_FEATURES = 1024
 DECODE_MATRIX_ROWS = 2048
@@ -218,9 +229,15 @@ def stream_reader(kernel: str, mib: int):
     return rate
 
 
-def gemv_bytes_s(name: str, mib: int, repeats: int) -> float:
-    """Bytes/s of kernel `name` at batch 1 over one [out, 4096] weight of about `mib` MiB, called again and again."""
-    return read_bytes_s(name, mib, repeats)
+def paired_read_ratio(name: str, mib: int, pairs: int = GEMV_PAIRS) -> float:
+    """Kernel `name`'s batch-1 read rate over one [out, 4096] weight of about `mib` MiB over a torch sum's over as
+    many MiB read right after it: the median over `pairs` pairs. Each pair's two reads see the same memory state, so
+    the ratio holds across states where either rate alone moved 1.5x."""
+    import statistics
+
+    kernel, plain = stream_reader(name, mib), stream_reader("sum", mib)
+    kernel(), plain()  # first calls: page faults, kernel selection
+    return statistics.median(kernel() / plain() for _ in range(pairs))
 
 
 def _probe_round(stream_mib: int, repeats: int) -> dict:
@@ -229,10 +246,11 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     figures = {}
     # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1; and over a working set
     # a large last-level cache holds, re-read (a compute-bound kernel, int4 here, runs no faster there; a
-    # memory-bound one, INT8-SQ's, up to 2x on a 260 MiB-L3 Xeon).
+    # memory-bound one, INT8-SQ's, up to 2x on a 260 MiB-L3 Xeon). Each as its ratio to a sum over the same bytes
+    # (measure_cpu scales it by the best sum read, of the stream and of the read curve at CACHED_MIB).
     for name in KERNELS:
-        figures[f"gemv_bytes_s_{name}"] = gemv_bytes_s(name, stream_mib, repeats)
-        figures[f"cached_gemv_bytes_s_{name}"] = gemv_bytes_s(name, CACHED_MIB, repeats)
+        figures[f"gemv_over_read_{name}"] = paired_read_ratio(name, stream_mib)
+        figures[f"cached_gemv_over_read_{name}"] = paired_read_ratio(name, CACHED_MIB)
     # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
     # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
     # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
@@ -306,9 +324,14 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
     import torch
 
     runs = [_probe_round(stream_mib, repeats) for _ in range(rounds)]
-    best = {k: max(r[k] for r in runs) for k in runs[0]}
-    spread = {k: (best[k] - min(r[k] for r in runs)) / best[k] for k in runs[0]}
-    reads = {k: v for k, v in best.items() if k.startswith(("gemv_", "read_bytes_s_sum"))}
+    # rates: the best round's; ratios (a kernel's read over a sum's in the same moment): the rounds' mean
+    best = {k: statistics.fmean(r[k] for r in runs) if "_over_read_" in k else max(r[k] for r in runs)
+            for k in runs[0]}
+    spread = {k: (max(r[k] for r in runs) - min(r[k] for r in runs)) / max(r[k] for r in runs) for k in runs[0]}
+    for name in KERNELS:  # each kernel's read rate in the memory state of the best sum read
+        best[f"gemv_bytes_s_{name}"] = best[f"gemv_over_read_{name}"] * best["read_bytes_s_sum"]
+        best[f"cached_gemv_bytes_s_{name}"] = best[f"cached_gemv_over_read_{name}"] * best[f"read_bytes_s_at_{CACHED_MIB}"]
+    reads = {k: v for k, v in best.items() if k.startswith(("gemv_bytes_s_", "read_bytes_s_sum"))}
     roof = max(reads, key=reads.get)
     return {
         "version": VERSION,
@@ -327,6 +350,8 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
         "cached_gemv_bytes_s": {name: best[f"cached_gemv_bytes_s_{name}"] for name in KERNELS},
+        "gemv_over_read": {name: best[f"gemv_over_read_{name}"] for name in KERNELS},
+        "cached_gemv_over_read": {name: best[f"cached_gemv_over_read_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": _cpu_name(), "cpus": os.cpu_count(),
