@@ -36,7 +36,12 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
 - roofline: the planner's `cpu_decode_step_seconds` on the same probe (each format's weights at its
   kernel's probed read rate, few-row GEMMs at their probed rate, attention at the attention kernel's
   probed rate), plus those measured costs; "planner" is the same with the planner's own default
-  costs (toolkit plan without this benchmark), its error against the measured ITL at each batch.
+  costs (toolkit plan without this benchmark), its error against the measured ITL at each batch. And paired
+  (since 2026-11-27 afternoon): in each of the paired floor's slices, the planner's batch-1 step with its probe
+  moved to the memory state of the read after that slice (cpu_probe.probe_at_read: every read rate scaled alike,
+  each kernel's batch-1 rate its probed ratio to a sum read), its median error per state: the probe and the
+  columns can fall in different states (the bf16 column 1.53x the planner in one run, 15:44, the probe fast and
+  the steps slow), where no planner with one bandwidth can be within 20 % of both.
 - in the step: one more decode run per batch with the C decode step timing each part of its steps in place
   (native_kernels.STEP_PARTS): the GEMMs' rate there beside the rate the planner charges them (the probe's, which
   times each kernel on its own), and attention's ms per step.
@@ -92,7 +97,7 @@ SLICE = 8  # decode steps per slice: the first, after the read evicted the cache
 FAST_ABOVE = 42e9  # bytes/s: a slice whose read ran faster caught this VM's fast memory state (~50 GB/s, else ~30)
 
 
-def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = PAIRS) -> dict:
+def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = PAIRS, plan_at=None) -> dict:
     """Slices of SLICE batch-1 decode steps and single reads of memory (read_once() -> bytes/s) in turn, tens of
     milliseconds apart: each slice's median step (its first left out: the read before it evicted the caches)
     against the floor at the rate read right after. This VM's memory flips within seconds between ~30 and ~50 GB/s
@@ -100,19 +105,27 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
     64-step medians measured the odds of catching a fast moment, not the engine (2026-11-26: the same step read 1.1x
     one floor and 1.7x the next). Medians over `pairs` slices: the step, the rate, and the step / floor ratio; and the
     same per memory state (["states"]["slow" / "fast"], by FAST_ABOVE), where a state held at least 3 slices: a step
-    that is memory-bound in the slow state can be bound by its kernel's arithmetic in the fast one."""
+    that is memory-bound in the slow state can be bound by its kernel's arithmetic in the fast one. With plan_at
+    (fn(bytes/s read) -> the planner's batch-1 step in seconds, its probe moved to that memory state: probe_at_read),
+    the planner's error against each slice ("planner": the median of planner / step - 1), per state too: the probe
+    ran in one state, the steps may run in the other, and no planner with one bandwidth is within 20 % of both."""
     slice_median = _batch1_slices(runner, isl)
-    steps, rates, ratios = [], [], []
+    steps, rates, ratios, errors = [], [], [], []
     for _ in range(pairs):
         steps.append(slice_median())
         rates.append(read_once())
         ratios.append(_over_floor(steps[-1], step_bytes, rates[-1]))
-    states = {state: {"pairs": len(picked), "step_ms": statistics.median(steps[i] for i in picked) * 1e3,
-                      "bandwidth": statistics.median(rates[i] for i in picked),
-                      "ratio": statistics.median(ratios[i] for i in picked)}
-              for state, picked in _memory_states(rates).items()}
-    return {"pairs": pairs, "step_ms": statistics.median(steps) * 1e3, "bandwidth": statistics.median(rates),
-            "ratio": statistics.median(ratios), "states": states}
+        if plan_at is not None:
+            errors.append(plan_at(rates[-1]) / steps[-1] - 1)
+
+    def summary(picked: list[int]) -> dict:
+        out = {"step_ms": statistics.median(steps[i] for i in picked) * 1e3,
+               "bandwidth": statistics.median(rates[i] for i in picked),
+               "ratio": statistics.median(ratios[i] for i in picked)}
+        return {**out, "planner": statistics.median(errors[i] for i in picked)} if errors else out
+
+    states = {state: {"pairs": len(picked), **summary(picked)} for state, picked in _memory_states(rates).items()}
+    return {"pairs": pairs, **summary(list(range(pairs))), "states": states}
 
 
 def _over_floor(step_s: float, step_bytes: float, rate: float) -> float:
@@ -221,17 +234,18 @@ def _paired_cell(paired: dict) -> str:
     """The paired ratio per memory state ("slow 1.02 (6.41 at 33.3); fast 1.37 (2.78 at 52.6)"), or over all slices
     where a run holds no per-state figures."""
     states = paired.get("states") or {"all": paired}
-    return "; ".join(f"{state} {p['ratio']:.2f} ({p['step_ms']:.2f} at {p['bandwidth'] / 1e9:.1f})"
+    return "; ".join(f"{state} {p['ratio']:.2f} ({p['step_ms']:.2f} at {p['bandwidth'] / 1e9:.1f}"
+                     + (f", planner {p['planner'] * 100:+.0f} %)" if "planner" in p else ")")
                      for state, p in states.items())
 
 
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
                  threads: int | None = None, repeats: int = 1, device: str = "cpu", read_rate=None, read_once=None,
-                 **runner_options) -> dict:
+                 plan_at=None, **runner_options) -> dict:
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
     start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
-    (_paired_floor)."""
+    (_paired_floor), with plan_at the planner's error paired too."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
@@ -273,7 +287,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
     result["in_step"] = _in_step_parts(runner, batches, isl, osl)
     if read_once is not None:
-        result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"])
+        result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"], plan_at=plan_at)
     # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
     # sequence (norms, RoPE, SwiGLU, KV writes grow with the batch).
     costs = _step_cost_without_gemms(runner, isl, osl, repeats, sorted({1, max(batches)}))
@@ -554,7 +568,7 @@ def main() -> None:
 
     from toolkit.engine.runtime.model_runner import default_threads
     from toolkit.model.spec import load_model_spec
-    from toolkit.plan.cpu_probe import measure_cpu, spec_from_probe, stream_reader
+    from toolkit.plan.cpu_probe import measure_cpu, probe_at_read, spec_from_probe, stream_reader
     from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_prefill_seconds, weights_for
 
     threads = args.threads or default_threads()
@@ -571,6 +585,8 @@ def main() -> None:
           + ", ".join(f"{mib} MiB {rate / 1e9:.0f}" for mib, rate in probe["read_curve_bytes_s"].items()) + " GB/s")
     hardware = spec_from_probe(probe)
     read_once = stream_reader(probe["bandwidth_kernel"], probe["stream_mib"])
+    # read_once's rate as the sum read the probe scales its kernels' rates by (probe_at_read)
+    as_sum = 1.0 if probe["bandwidth_kernel"] == "sum" else 1 / probe["gemv_over_read"][probe["bandwidth_kernel"]]
     given_step_cost = args.step_cost_ms / 1e3 if args.step_cost_ms is not None else None
     spec = load_model_spec(build / "models" / args.model)
     rows = {}
@@ -580,9 +596,14 @@ def main() -> None:
             print(f"{qformat}: no checkpoint at {ckpt} (toolkit quantize -c configs/cpu-{args.model}.yaml "
                   f"--qformat {qformat})")
             continue
-        r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
-                         read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once)
         context = args.isl + args.osl / 2
+
+        def plan_at(read: float, qformat=qformat) -> float:  # the planner's batch-1 step in the memory state read
+            return cpu_decode_step_seconds(spec, qformat, 1, context, probe=probe_at_read(probe, read * as_sum))
+
+        r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
+                         read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once,
+                         plan_at=plan_at)
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
         step_bytes = r["step_bytes"]
         r["working_set_factor"] = hardware.working_set_factor(step_bytes)  # the planner's, from the probe
@@ -663,7 +684,7 @@ def main() -> None:
 def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor"
-            + " | B=1 / floor, paired per memory state (step ms at GB/s) | B=1 / re-read floor (GB/s) | "
+            + " | B=1 / floor, paired per memory state (step ms at GB/s, planner error in that state) | B=1 / re-read floor (GB/s) | "
             + " | ".join(f"B={b} / roofline" for b in batches)
             + " | planner B=1 ms (error at each B) | in the step: GEMM GFLOP/s (probe's), attention ms | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")

@@ -398,6 +398,12 @@ def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
     assert spec_from_probe(probe).weight_read_bytes("int8_sq", 512 * 2**20) == pytest.approx(30e9)
     assert spec_from_probe(probe).weight_read_bytes("int8_sq") == 30e9
     assert spec_from_probe(PROBE).working_set_factor(1e6) == 1.0  # an older probe without the curve
+    # With the last-level cache's size known (48 MiB here): past it, a step reads at the stream's rate
+    sized = spec_from_probe({**probe, "last_level_cache_bytes": 48 * 2**20})
+    assert sized.working_set_factor(32 * 2**20) == pytest.approx(60 / 48)
+    assert sized.working_set_factor(64 * 2**20) == pytest.approx(1.0)
+    assert sized.working_set_factor(2 * 2**30) == pytest.approx(30 / 48)
+    assert sized.weight_read_bytes("int8_sq", 64 * 2**20) == pytest.approx(30e9)
     # Few-row rates: probed over the 128 MiB stream and over 32 MiB; a step's bytes pick between them by the curve
     # (60 GB/s at 32 MiB, 48 at 128): 64 MiB reads at 60 → the cached rate; 181 MiB at 39 → the streamed one.
     rates = {"decode_flops": {"int8a8": {"2": 100e9, "4": 200e9}},
@@ -409,6 +415,27 @@ def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
     assert mixed.decode_peak_flops("int8_sq", 3, 96 * 2**20) == pytest.approx(150e9 + 100e9 * (at_96 - 48) / 12)
     assert mixed.decode_peak_flops("int8_sq", 2) == 100e9  # no step size given: the streamed rate
     assert gpu_spec("h100-sxm").working_set_factor(1e6) == 1.0
+
+
+def test_probe_moved_to_another_memory_state_scales_its_reads_not_its_compute():
+    """probe_at_read: the planner's probe as if its memory read at another rate (a VM whose memory speed moves): the
+    read curve and the cache-sized rates scale alike, each kernel's batch-1 rate is its paired ratio times the new
+    read, compute rates stay; so a memory-bound batch-1 step's weight time halves where the read doubles."""
+    from toolkit.plan.cpu_probe import probe_at_read
+
+    curve = {"32": 60e9, "128": 30e9, "1024": 30e9}
+    probe = {**PROBE, "bandwidth_bytes_s": 33e9, "read_bytes_s_sum": 30e9, "stream_mib": 128, "cached_mib": 32, "read_curve_bytes_s": curve,
+             "gemv_over_read": {"int8a8": 0.9, "int4": 1.1}, "cached_gemv_over_read": {"int8a8": 0.8, "int4": 0.5},
+             "gemv_bytes_s": {"int8a8": 27e9, "int4": 33e9}, "cached_gemv_bytes_s": {"int8a8": 48e9, "int4": 30e9}}
+    fast = probe_at_read(probe, 60e9)
+    assert fast["read_curve_bytes_s"] == {"32": 120e9, "128": 60e9, "1024": 60e9}
+    assert fast["gemv_bytes_s"] == pytest.approx({"int8a8": 54e9, "int4": 66e9})
+    assert fast["cached_gemv_bytes_s"] == pytest.approx({"int8a8": 96e9, "int4": 60e9})
+    assert fast["bandwidth_bytes_s"] == pytest.approx(66e9) and fast["flops"] == probe["flops"]
+    assert probe["read_bytes_s_sum"] == 30e9  # the probe itself unchanged
+    slow_step = cpu_decode_step(SMALL, "int8_sq", 1, 160, probe, step_overhead_s=0, sequence_overhead_s=0)
+    fast_step = cpu_decode_step(SMALL, "int8_sq", 1, 160, fast, step_overhead_s=0, sequence_overhead_s=0)
+    assert fast_step.memory_s == pytest.approx(slow_step.memory_s / 2)
 
 
 def test_nvfp4_is_refused_on_the_cpu_engine():
@@ -443,6 +470,8 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     assert first["stream_mib"] == 4 and set(first["read_curve_bytes_s"]) == {str(m) for m in cpu_probe.READ_CURVE_MIB}
     assert min(first["read_curve_bytes_s"].values()) > 0
     assert first["rounds"] == 2 and all(0 <= v < 1 for v in first["spread"].values()) and first["measured"]
+    llc = cpu_probe.last_level_cache_bytes()
+    assert first["last_level_cache_bytes"] == llc and (llc is None or llc >= 2**20)
     assert cpu_probe.cpu_probe() == first  # read back, not measured again
     again = cpu_probe.cpu_probe(refresh=True)
     assert again["measured"] >= first["measured"] and json.loads((tmp_path / "cpu_probe.json").read_text()) == again

@@ -22,6 +22,10 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   over a 32 MiB working set: on a CPU whose last-level cache holds a small model's weights between steps,
   the planner places a step between the streamed and the cached rates by where its bytes fall on the curve
   (a memory-bound kernel gains, a compute-bound one does not).
+  The last-level cache's size (Linux sysfs) bounds that: a step re-reading more bytes than the cache holds reads
+  them as the stream, even where a plain sum re-reading that many ran faster (a 2-core Zen 4 VM's 32 MiB L3: a sum
+  over 64 MiB 93 GB/s against 59 over 128 in one minute, and INT4-AWQ's 55 MB steps read their weights at the
+  stream's rate in the same run, 2026-11-27).
 - Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
   (max − min) / max is recorded beside it. Everything on the torch thread count in use.
 
@@ -48,8 +52,8 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages; 22: INT4-AWQ
 # and W4A8 on the int4 x int8 kernel, W4A8 probed apart; 23: the few-row rates keep the activations' rounding; 24: attention
 # between reads, as in a step; 25: fp8's weights one stream per block of 4 rows, faster at every row count; 26: the
-# GEMV rates as ratios to a sum read paired with each, times the best sum read)
-VERSION = 26
+# GEMV rates as ratios to a sum read paired with each, times the best sum read; 27: the last-level cache's size)
+VERSION = 27
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
 # int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
@@ -320,6 +324,28 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     return figures
 
 
+def last_level_cache_bytes() -> int | None:
+    """Bytes of last-level cache the CPUs this process may run on share: each distinct instance of the highest
+    data cache level among them, summed (a multi-CCX EPYC's threads on two CCXs see two L3s). Linux sysfs; None
+    where it cannot be read."""
+    sizes = {}
+    for cpu in os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ():
+        found = []
+        for index in Path(f"/sys/devices/system/cpu/cpu{cpu}/cache").glob("index*"):
+            try:
+                if (index / "type").read_text().strip() == "Instruction":
+                    continue
+                size = (index / "size").read_text().strip()
+                found.append((int((index / "level").read_text()), (index / "shared_cpu_list").read_text().strip(),
+                              int(size.rstrip("KMG")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1], 1)))
+            except (OSError, ValueError):
+                continue
+        if found:
+            level, shared, size = max(found)
+            sizes[(level, shared)] = size
+    return sum(sizes.values()) or None
+
+
 def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dict:
     import torch
 
@@ -345,6 +371,7 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "decode_flops": {name: {str(rows): best[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys
                          for name in KERNELS},
         "cached_mib": CACHED_MIB,
+        "last_level_cache_bytes": last_level_cache_bytes(),
         "cached_decode_flops": {name: {str(rows): best[f"cached_decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}
                                 for name in KERNELS},
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
@@ -403,6 +430,21 @@ def cpu_probe(refresh: bool = False) -> dict:
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     CACHE.write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def probe_at_read(probe: dict, sum_read_bytes_s: float) -> dict:
+    """The probe as if its memory had read `sum_read_bytes_s` (a sum over its stream, as read_bytes_s_sum): every
+    read rate scaled by that over the probe's own sum read (the read curve, and with it the cache-sized working
+    set's rates), each kernel's batch-1 rate its paired ratio times that read, the compute rates unchanged. For
+    comparing the planner with steps timed in another memory state than the probe's, on a machine whose memory speed
+    moves (perf/engine_bench.py pairs each slice of steps with a read)."""
+    scale = sum_read_bytes_s / probe["read_bytes_s_sum"]
+    gemv = {name: ratio * sum_read_bytes_s for name, ratio in probe["gemv_over_read"].items()}
+    curve = {mib: rate * scale for mib, rate in probe["read_curve_bytes_s"].items()}
+    cached_read = curve.get(str(probe.get("cached_mib", CACHED_MIB)), sum_read_bytes_s)
+    return {**probe, "read_bytes_s_sum": sum_read_bytes_s, "read_curve_bytes_s": curve, "gemv_bytes_s": gemv,
+            "cached_gemv_bytes_s": {name: ratio * cached_read for name, ratio in probe["cached_gemv_over_read"].items()},
+            "bandwidth_bytes_s": max(sum_read_bytes_s, *gemv.values())}
 
 
 def spec_from_probe(probe: dict, step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> HardwareSpec:

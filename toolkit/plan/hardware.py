@@ -112,7 +112,13 @@ class HardwareSpec:
         return streamed + (cached - streamed) * min(1.0, max(0.0, share))
 
     def _read_rate_at(self, nbytes: float) -> float:
-        """The probe's read rate re-reading a working set of `nbytes` (its curve, interpolated in log size)."""
+        """The probe's read rate re-reading a working set of `nbytes` (its curve, interpolated in log size); past the
+        last-level cache's size (where the probe knows it), the stream's: a step re-reading more than the cache holds
+        evicts what it would re-read, where a plain sum's re-reads still gained on a cache whose replacement is not
+        LRU (cpu_probe: a 32 MiB L3, a sum over 64 MiB 1.6x the stream's rate, the step's weights 1x)."""
+        cache = self.probe.get("last_level_cache_bytes")
+        if cache and nbytes > cache:
+            nbytes = max(nbytes, self.probe.get("stream_mib", 128) * 2**20)
         curve = self.probe["read_curve_bytes_s"]
         return _interpolate([(math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items()], math.log2(nbytes))
 
