@@ -213,6 +213,8 @@ class ModelRunner:
         return ("fused C (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)"
                 + (f"; {sorted(set(amx))[0]} GEMMs on AMX tiles at every row count" if amx else "")
                 + (f"; decode steps of up to {self.decoder.max_rows} sequences in one C call" if self.decoder else "")
+                + (", its layers in one OpenMP region" if self.decoder and self.native.decode_in_one_region(self.decoder)
+                   else "")
                 + ("; weights on 2 MiB pages" if self.weight_arena and self.weight_arena.on_huge_pages else ""))
 
     def _native_decoder(self):

@@ -201,6 +201,8 @@ class NativeKernels:
         library.decode_step.argtypes = [c.POINTER(_ModelDesc), c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p, c.c_void_p,
                                         c.c_void_p, c.c_int, c.c_void_p, c.c_int64, c.c_void_p]
         library.decode_step.restype = c.c_int
+        library.decode_in_one_region.argtypes = [c.POINTER(_ModelDesc)]
+        library.decode_in_one_region.restype = c.c_int
         library.gemm_int8_vnni_available.restype = c.c_int
         library.round_activations.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int, c.c_float, c.c_void_p]
         library.widen_int8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
@@ -298,6 +300,12 @@ class NativeKernels:
                                    ACTIVATION_KINDS[str(q.dtype)], CACHE_KINDS[str(k_cache.dtype)])
         return out
 
+
+    def decode_in_one_region(self, model: DecodeModel) -> bool:
+        """Whether decode_step runs this model's layers in one OpenMP region (csrc/decode_step.c's
+        decode_layers_team: every linear on the int4 x int8 kernel, two threads or more), rather than a team per
+        GEMM and attention call with the work between them on one thread."""
+        return bool(self._lib.decode_in_one_region(ctypes.byref(model.desc)))
 
     def decode_step(self, model: DecodeModel, token_ids, positions, slots, block_tables, max_blocks: int, context_lens,
                     logits_rows):

@@ -618,85 +618,122 @@ static void attend_heads_scalar(const void *q, int act_kind, float softmax_scale
 
 /* kv heads a work item takes, of one query row: all of them (so that each cache row is read whole, see
  * attend_group), unless the rows are too few to keep every thread busy, then the fewest that do. */
-static int kv_heads_per_item(int batch, int kv_heads) {
-    int threads = omp_get_max_threads();
+static int kv_heads_per_item(int batch, int kv_heads, int threads) {
     if (batch >= 4 * threads) return kv_heads;
     for (int split = 1; split <= kv_heads; split++)
         if (kv_heads % split == 0 && (batch * split) % threads == 0) return kv_heads / split;
     return 1;
 }
 
-/* One query token per sequence against its paged context, work split over sequences (and kv heads, see
- * kv_heads_per_item). q, out: [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads,
- * head_dim] (cache dtype, times k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks];
- * context_lens: [batch], each at least 1. Query head h reads kv head h / (heads / kv_heads), as HF's
- * repeat_kv. then_k, then_v: the caches of the layer the caller attends next (same shapes and tables), or NULL: each
- * thread fetches its first work item there into L2 during its last one here. */
+typedef struct {  /* one attention call's work: its items, how they split over `threads`, what it fetches next */
+    const void *q, *k_cache, *v_cache, *then_k, *then_v;
+    const int64_t *block_tables, *context_lens;
+    void *out;
+    int batch, heads, kv_heads, head_dim, max_blocks, block_size, act_kind, cache_kind, threads, per_item, parts;
+    float k_scale, v_scale;
+} attention_work_t;
+
+static attention_work_t attention_work(const void *q, const void *k_cache, const void *v_cache,
+                                       const int64_t *block_tables, const int64_t *context_lens, void *out, int batch,
+                                       int heads, int kv_heads, int head_dim, int max_blocks, int block_size,
+                                       float k_scale, float v_scale, int act_kind, int cache_kind, const void *then_k,
+                                       const void *then_v, int threads) {
+    const int per_item = kv_heads_per_item(batch, kv_heads, threads);
+    return (attention_work_t){.q = q, .k_cache = k_cache, .v_cache = v_cache, .then_k = then_k, .then_v = then_v,
+                              .block_tables = block_tables, .context_lens = context_lens, .out = out, .batch = batch,
+                              .heads = heads, .kv_heads = kv_heads, .head_dim = head_dim, .max_blocks = max_blocks,
+                              .block_size = block_size, .act_kind = act_kind, .cache_kind = cache_kind,
+                              .threads = threads, .per_item = per_item, .parts = kv_heads / per_item,
+                              .k_scale = k_scale, .v_scale = v_scale};
+}
+
+/* Work item `item` of `w`: one row b and kv heads kv0 .. kv0 + per_item with their query heads. The thread that
+ * takes item i takes i + threads next (attention_then's round robin), whose lines it fetches while computing this
+ * one; after its last, its first item in the layer whose caches are then_k / then_v. */
+static void attention_item(const attention_work_t *w, int item) {
+    const void *q = w->q, *k_cache = w->k_cache, *v_cache = w->v_cache, *then_k = w->then_k, *then_v = w->then_v;
+    const int64_t *block_tables = w->block_tables, *context_lens = w->context_lens;
+    void *out = w->out;
+    const int batch = w->batch, heads = w->heads, kv_heads = w->kv_heads, head_dim = w->head_dim;
+    const int max_blocks = w->max_blocks, block_size = w->block_size, act_kind = w->act_kind;
+    const int cache_kind = w->cache_kind, per_item = w->per_item, parts = w->parts;
+    const float k_scale = w->k_scale, v_scale = w->v_scale;
+    const int group = heads / kv_heads;
+    const int64_t head_bytes = (int64_t)head_dim * cache_bytes(cache_kind);
+    const float softmax_scale = 1.0f / sqrtf((float)head_dim);
+    int b = item / parts, kv0 = item % parts * per_item;
+    int64_t ctx = context_lens[b], padded = (ctx + 15) & ~(int64_t)15;
+    int64_t scratch = padded * (8 + 4 * (int64_t)group * per_item);
+    int on_heap = scratch > ATTN_STACK_BYTES;
+    int64_t rows_on_stack[on_heap ? 1 : padded];
+    float scores_on_stack[on_heap ? 1 : group * per_item * padded], o[per_item * group * head_dim];
+    void *heap = on_heap ? malloc((size_t)scratch) : NULL;
+    int64_t *rows = on_heap ? (int64_t *)heap : rows_on_stack;
+    float *scores = on_heap ? (float *)(rows + padded) : scores_on_stack;
+    int64_t at = ((int64_t)b * heads + (int64_t)kv0 * group) * head_dim;  /* the item's heads are adjacent */
+    const char *qg = (const char *)q + at * act_bytes(act_kind);
+    context_rows(rows, block_tables + (int64_t)b * max_blocks, ctx, block_size, kv_heads, kv0, head_dim);
+#ifdef __AVX512F__
+    if (head_dim == 64 || head_dim == 128) {
+#if defined(__AVX512BF16__)
+        int bf16_dots = act_kind == BF16 && cache_kind == BF16;
+#else
+        int bf16_dots = 0;
+#endif
+        /* this thread's next item (schedule(static, 1)), fetched while this one is computed; after its last,
+         * its first in the layer whose caches are then_k / then_v */
+        next_item_t plan;  /* not zero-initialised: that wrote its 32 KiB of pointers per item */
+        plan.n = plan.at = 0;
+        const int threads = w->threads, later = item + threads < batch * parts;
+        const int next = later ? item + threads : item % threads;
+        if (later || then_k != NULL)
+            next_item_lines(&plan, later ? k_cache : then_k, later ? v_cache : then_v,
+                            block_tables + (int64_t)(next / parts) * max_blocks, context_lens[next / parts],
+                            block_size, kv_heads, next % parts * per_item, per_item, head_dim,
+                            cache_bytes(cache_kind));
+        /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
+        for (int g0 = 0; g0 < group; g0 += 8) {
+            const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
+            float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
+#define ATTEND_NV(G, NV, DOTS)                                                                                  \
+attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, per_item, group, G, NV, DOTS, k_scale, \
+             v_scale, cache_kind, ss, os, &plan)
+#define ATTEND(G)                                                                                  \
+if (head_dim == 64) { if (bf16_dots) ATTEND_NV(G, 4, 1); else ATTEND_NV(G, 4, 0); }           \
+else { if (bf16_dots) ATTEND_NV(G, 8, 1); else ATTEND_NV(G, 8, 0); }
+            FOR_1_TO_8(group - g0, ATTEND)
+#undef ATTEND
+#undef ATTEND_NV
+        }
+    } else
+#endif
+        for (int h = 0; h < per_item; h++)
+            attend_heads_scalar(qg + (int64_t)h * group * head_dim * act_bytes(act_kind), act_kind, softmax_scale,
+                                (const char *)k_cache + h * head_bytes, (const char *)v_cache + h * head_bytes,
+                                rows, ctx, group,
+                                head_dim, k_scale, v_scale, cache_kind, scores, o + h * group * head_dim);
+    store_row(out, at, o, per_item * group * head_dim, act_kind);
+    free(heap);
+}
+
+/* One query token per row, over its context, work split over rows (and kv heads, see kv_heads_per_item): q, out:
+ * [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim] (cache dtype, times
+ * k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks]; context_lens: [batch], each at least 1.
+ * Query head h reads kv head h / (heads / kv_heads), as HF's repeat_kv. then_k, then_v: the caches of the layer the
+ * caller attends next (same shapes and tables), or NULL: each thread fetches its first work item there into L2
+ * during its last one here. */
 static void attention_then(const void *q, const void *k_cache, const void *v_cache, const int64_t *block_tables,
                            const int64_t *context_lens, void *out, int batch, int heads, int kv_heads, int head_dim,
                            int max_blocks, int block_size, float k_scale, float v_scale, int act_kind, int cache_kind,
                            const void *then_k, const void *then_v) {
     init_fp8();
-    int group = heads / kv_heads, per_item = kv_heads_per_item(batch, kv_heads), parts = kv_heads / per_item;
-    int64_t head_bytes = (int64_t)head_dim * cache_bytes(cache_kind);
-    float softmax_scale = 1.0f / sqrtf((float)head_dim);
+    const attention_work_t w = attention_work(q, k_cache, v_cache, block_tables, context_lens, out, batch, heads,
+                                              kv_heads, head_dim, max_blocks, block_size, k_scale, v_scale, act_kind,
+                                              cache_kind, then_k, then_v, omp_get_max_threads());
     /* round robin: a prefill chunk's rows (model_runner's _native_attention_plan) have contexts growing by one
      * token each, so halves in order would give one thread three times the other's work */
     #pragma omp parallel for schedule(static, 1)
-    for (int item = 0; item < batch * parts; item++) {
-        int b = item / parts, kv0 = item % parts * per_item;
-        int64_t ctx = context_lens[b], padded = (ctx + 15) & ~(int64_t)15;
-        int64_t scratch = padded * (8 + 4 * (int64_t)group * per_item);
-        int on_heap = scratch > ATTN_STACK_BYTES;
-        int64_t rows_on_stack[on_heap ? 1 : padded];
-        float scores_on_stack[on_heap ? 1 : group * per_item * padded], o[per_item * group * head_dim];
-        void *heap = on_heap ? malloc((size_t)scratch) : NULL;
-        int64_t *rows = on_heap ? (int64_t *)heap : rows_on_stack;
-        float *scores = on_heap ? (float *)(rows + padded) : scores_on_stack;
-        int64_t at = ((int64_t)b * heads + (int64_t)kv0 * group) * head_dim;  /* the item's heads are adjacent */
-        const char *qg = (const char *)q + at * act_bytes(act_kind);
-        context_rows(rows, block_tables + (int64_t)b * max_blocks, ctx, block_size, kv_heads, kv0, head_dim);
-#ifdef __AVX512F__
-        if (head_dim == 64 || head_dim == 128) {
-#if defined(__AVX512BF16__)
-            int bf16_dots = act_kind == BF16 && cache_kind == BF16;
-#else
-            int bf16_dots = 0;
-#endif
-            /* this thread's next item (schedule(static, 1)), fetched while this one is computed; after its last,
-             * its first in the layer whose caches are then_k / then_v */
-            next_item_t plan = {.n = 0, .at = 0};
-            const int threads = omp_get_num_threads(), later = item + threads < batch * parts;
-            const int next = later ? item + threads : item % threads;
-            if (later || then_k != NULL)
-                next_item_lines(&plan, later ? k_cache : then_k, later ? v_cache : then_v,
-                                block_tables + (int64_t)(next / parts) * max_blocks, context_lens[next / parts],
-                                block_size, kv_heads, next % parts * per_item, per_item, head_dim,
-                                cache_bytes(cache_kind));
-            /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
-            for (int g0 = 0; g0 < group; g0 += 8) {
-                const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
-                float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
-#define ATTEND_NV(G, NV, DOTS)                                                                                  \
-    attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, per_item, group, G, NV, DOTS, k_scale, \
-                 v_scale, cache_kind, ss, os, &plan)
-#define ATTEND(G)                                                                                  \
-    if (head_dim == 64) { if (bf16_dots) ATTEND_NV(G, 4, 1); else ATTEND_NV(G, 4, 0); }           \
-    else { if (bf16_dots) ATTEND_NV(G, 8, 1); else ATTEND_NV(G, 8, 0); }
-                FOR_1_TO_8(group - g0, ATTEND)
-#undef ATTEND
-#undef ATTEND_NV
-            }
-        } else
-#endif
-            for (int h = 0; h < per_item; h++)
-                attend_heads_scalar(qg + (int64_t)h * group * head_dim * act_bytes(act_kind), act_kind, softmax_scale,
-                                    (const char *)k_cache + h * head_bytes, (const char *)v_cache + h * head_bytes,
-                                    rows, ctx, group,
-                                    head_dim, k_scale, v_scale, cache_kind, scores, o + h * group * head_dim);
-        store_row(out, at, o, per_item * group * head_dim, act_kind);
-        free(heap);
-    }
+    for (int item = 0; item < batch * w.parts; item++) attention_item(&w, item);
 }
 
 /* One query token per sequence against its paged context (attention_then, fetching nothing for a next layer). */
@@ -1257,16 +1294,12 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
         _mm256_mask_storeu_epi16((void *)(y + (int64_t)m * N), lanes_live(valid), (__m256i)_mm512_cvtneps_pbh(f[m]));
 }
 
-void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
-                  uint16_t *y, float fp8_scale) {
-    const int64_t chunks = K / 128, groups = K / group;
-    int8_t *xq = malloc((size_t)(M * K));
-    float *xs = malloc(sizeof(float) * M * chunks);
-    int32_t *x8 = malloc(sizeof(int32_t) * M * chunks);
-    FOR_ROWS(m, M, 4, quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x8 + m * chunks, fp8_scale));
-    const int64_t per_pass = rows_per_pass(M, 8), blocks = (N + 15) / 16;
-    #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
+/* The output blocks b0 .. b1 - 1 (16 rows each) of gemm_int4_a8 from its quantized activations. */
+static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32_t *x8, int64_t M, int K,
+                                  const uint8_t *w, const float *scales, int group, int N, uint16_t *y, int64_t b0,
+                                  int64_t b1) {
+    const int64_t chunks = K / 128, groups = K / group, per_pass = rows_per_pass(M, 8);
+    for (int64_t b = b0; b < b1; b++) {
         const uint8_t *wb = w + b * chunks * 1024;
         const float *sb = scales + b * groups * 16;
         const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
@@ -1278,6 +1311,18 @@ void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
 #undef A8_LANES
         }
     }
+}
+
+void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
+                  uint16_t *y, float fp8_scale) {
+    const int64_t chunks = K / 128;
+    int8_t *xq = malloc((size_t)(M * K));
+    float *xs = malloc(sizeof(float) * M * chunks);
+    int32_t *x8 = malloc(sizeof(int32_t) * M * chunks);
+    FOR_ROWS(m, M, 4, quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x8 + m * chunks, fp8_scale));
+    const int64_t blocks = (N + 15) / 16;
+    #pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) int4_a8_blocks(xq, xs, x8, M, K, w, scales, group, N, y, b, b + 1);
     free(xq), free(xs), free(x8);
 }
 

@@ -162,21 +162,22 @@ static uint8_t e4m3_byte(float v) {
 /* The new tokens' K and V (rotated, in the qkv rows) into the cache at their slots, encoded as
  * kv_cache.py's PagedKVCache.write does: a copy for the compute dtype, else value / scale rounded to
  * int8 (clamped to +-127) or to fp8 (clamped to +-448). */
-static void write_kv(const model_t *m, const layer_t *l, const void *qkv, int64_t batch, int qkv_n,
-                     const int64_t *slots) {
+static void write_kv_heads(const model_t *m, const layer_t *l, const void *qkv, int64_t b0, int64_t b1, int qkv_n,
+                           const int64_t *slots, int kv0, int kv_count) {
     const int kv = m->kv_heads * m->head_dim, q = m->heads * m->head_dim, act = m->act_kind, cache = m->cache_kind;
+    const int first = kv0 * m->head_dim, count = kv_count * m->head_dim;
     const size_t es = act_bytes(act);
-    for (int64_t b = 0; b < batch; b++)
+    for (int64_t b = b0; b < b1; b++)
         for (int part = 0; part < 2; part++) {
             void *dst = part ? l->v_cache : l->k_cache;
-            int64_t from = b * qkv_n + q + (int64_t)part * kv, to = slots[b] * kv;
+            int64_t from = b * qkv_n + q + (int64_t)part * kv + first, to = slots[b] * kv + first;
             if (cache == act) {
-                memcpy((char *)dst + to * es, (const char *)qkv + from * es, (size_t)kv * es);
+                memcpy((char *)dst + to * es, (const char *)qkv + from * es, (size_t)count * es);
                 continue;
             }
-            float row[kv], scale = part ? l->v_scale : l->k_scale;
-            load_row(row, qkv, from, kv, act, 1.0f);
-            for (int i = 0; i < kv; i++) {
+            float row[count], scale = part ? l->v_scale : l->k_scale;
+            load_row(row, qkv, from, count, act, 1.0f);
+            for (int i = 0; i < count; i++) {
                 float x = row[i] / scale;
                 if (cache == I8) {
                     float r = nearbyintf(x);
@@ -186,6 +187,143 @@ static void write_kv(const model_t *m, const layer_t *l, const void *qkv, int64_
                 }
             }
         }
+}
+
+static void write_kv(const model_t *m, const layer_t *l, const void *qkv, int64_t batch, int qkv_n,
+                     const int64_t *slots) {
+    write_kv_heads(m, l, qkv, 0, batch, qkv_n, slots, 0, m->kv_heads);
+}
+
+/* A team thread's share of a linear whose kind is LIN_INT4_A8: x [M, k] (its own copy, smoothed in place), into
+ * y [M, n] shared, the blocks of thread t of `threads`; xq / xs / x8 its scratch. */
+static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int t, int threads, int8_t *xq,
+                        float *xs, int32_t *x8) {
+    if (l->smooth != NULL) {
+        float row[l->k], s[l->k];
+        load_row(s, l->smooth, 0, l->k, act, 1.0f);
+        for (int64_t r = 0; r < M; r++) {
+            load_row(row, x, r * l->k, l->k, act, 1.0f);
+            combine_rounded(row, row, s, l->k, act, 0);
+            store_row(x, r * l->k, row, l->k, act);
+        }
+    }
+    const int64_t chunks = l->k / 128, blocks = (l->n + 15) / 16, q = blocks / threads, r = blocks % threads;
+    const float fp8 = l->act_quant == ACT_FP8 ? l->input_scale : 0.0f;
+    for (int64_t row = 0; row < M; row++)
+        quantize_int4_activations((const uint16_t *)x + row * l->k, l->k, xq + row * l->k, xs + row * chunks,
+                                  x8 + row * chunks, fp8);
+    const int64_t b0 = t * q + (t < r ? t : r), b1 = b0 + q + (t < r);
+    int4_a8_blocks(xq, xs, x8, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y, b0, b1);
+}
+
+/* Whether decode_layers_team runs this model: every linear on the int4 x int8 kernel (INT4-AWQ, W4A8), the only
+ * one with a per-thread share (team_linear) so far, and a team to share the work. */
+static int team_supported(const model_t *m) {
+#if defined(HAVE_GEMM_INT4_A8)
+    if (m->act_kind != BF16 || omp_get_max_threads() < 2) return 0;
+    for (int i = 0; i < m->num_layers; i++) {
+        const linear_t *ls[4] = {&m->layers[i].qkv, &m->layers[i].o, &m->layers[i].gate_up, &m->layers[i].down};
+        for (int j = 0; j < 4; j++)
+            if (ls[j]->kind != LIN_INT4_A8 || (ls[j]->act_quant != ACT_NONE && ls[j]->act_quant != ACT_FP8)) return 0;
+    }
+    return 1;
+#else
+    (void)m;
+    return 0;
+#endif
+}
+
+#if defined(HAVE_GEMM_INT4_A8)
+/* decode_layers in one OpenMP region: each thread keeps its own copy of the residual stream and of every GEMM's
+ * input, computes the norms and SwiGLU's middle on it itself, and the RoPE, KV writes and attention of its own
+ * attention items (attention_then's round robin); the threads meet once after each GEMM and after attention.
+ * Why: decode_layers opens a team per GEMM and per attention call (5 a layer) and runs everything between on one
+ * thread while the other waits, so each layer hands data between the threads about ten times. On this 2-core VM
+ * an empty 2-thread region costs 0.58 us, and 1.16 us (a cache line's round trip 326 ns against 71) in the minutes
+ * when its two vCPUs sit on two CCDs of the host (perf/README). Here a layer costs 5 barriers and each thread's
+ * share of the serial work is the whole of it, done at the same time as the other's. INT4-AWQ decode steps, the two
+ * paths alternating in one process (2026-11-27, slow state): 1 / 2 / 3 / 4 / 8 sequences -11 / -5 / -8 / -10 / -17 %,
+ * 12-16 within noise; fast state 6 / 8 / 12 sequences -10 / -7 / -18 %. The same bits as decode_layers (the same
+ * kernels on the same data; tests/test_model_runner.py). */
+static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch, const int64_t *positions,
+                              const int64_t *slots, const int64_t *block_tables, const int64_t *context_lens,
+                              int max_blocks) {
+    const int act = m->act_kind, hd = m->head_dim, q = m->heads * hd, kv = m->kv_heads * hd, qkv_n = q + 2 * kv;
+    const int group = m->heads / m->kv_heads, widest = m->inter > m->hidden ? (m->inter > q ? m->inter : q)
+                                                                             : (m->hidden > q ? m->hidden : q);
+    const size_t es = act_bytes(act);
+    char *qkv = malloc(batch * qkv_n * es), *qbuf = malloc(batch * q * es), *attn = malloc(batch * q * es);
+    char *gate_up = malloc(batch * 2 * m->inter * es), *delta = malloc(batch * m->hidden * es);
+    if (!(qkv && qbuf && attn && gate_up && delta)) {
+        free(qkv), free(qbuf), free(attn), free(gate_up), free(delta);
+        return -1;
+    }
+    double *parts = m->part_seconds, mark = parts != NULL ? now_seconds() : 0.0;
+    init_fp8();
+    const int threads = omp_get_max_threads();
+    #pragma omp parallel num_threads(threads)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        double *my_parts = t == 0 ? parts : NULL;
+        char *hp = malloc(batch * m->hidden * es), *xp = malloc(batch * widest * es), *mid = malloc(batch * m->inter * es);
+        int8_t *xq = malloc(batch * widest);
+        float *xs = malloc(sizeof(float) * batch * (widest / 128 + 1));
+        int32_t *x8 = malloc(sizeof(int32_t) * batch * (widest / 128 + 1));
+        memcpy(hp, h, batch * m->hidden * es);
+        for (int64_t b = 0; b < batch; b++) rms_norm_row(hp, m->layers[0].input_norm, xp, b, m->hidden, m->eps, act);
+        for (int i = 0; i < m->num_layers; i++) {
+            const layer_t *l = &m->layers[i], *then = i + 1 < m->num_layers ? &m->layers[i + 1] : NULL;
+            charge(my_parts, PART_REST, &mark);
+            team_linear(&l->qkv, xp, batch, qkv, act, t, T, xq, xs, x8);
+            #pragma omp barrier
+            charge(my_parts, PART_QKV, &mark);
+            const attention_work_t w = attention_work(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn,
+                                                      (int)batch, m->heads, m->kv_heads, hd, max_blocks, m->block_size,
+                                                      l->k_scale, l->v_scale, act, m->cache_kind,
+                                                      then ? then->k_cache : NULL, then ? then->v_cache : NULL, T);
+            for (int item = t; item < batch * w.parts; item += T) {  /* RoPE, KV and q of this thread's items */
+                const int b = item / w.parts, kv0 = item % w.parts * w.per_item;
+                rope_row(qkv + (int64_t)kv0 * group * hd * es, qkv_n, positions, m->cos, m->sin, b, w.per_item * group,
+                         hd, act);
+                rope_row(qkv + (q + (int64_t)kv0 * hd) * es, qkv_n, positions, m->cos, m->sin, b, w.per_item, hd, act);
+                write_kv_heads(m, l, qkv, b, b + 1, qkv_n, slots, kv0, w.per_item);
+                memcpy(qbuf + ((int64_t)b * q + (int64_t)kv0 * group * hd) * es,
+                       qkv + ((int64_t)b * qkv_n + (int64_t)kv0 * group * hd) * es, (size_t)w.per_item * group * hd * es);
+            }
+            charge(my_parts, PART_REST, &mark);
+            for (int item = t; item < batch * w.parts; item += T) attention_item(&w, item);
+            #pragma omp barrier
+            charge(my_parts, PART_ATTENTION, &mark);
+            memcpy(xp, attn, batch * q * es);
+            team_linear(&l->o, xp, batch, delta, act, t, T, xq, xs, x8);
+            #pragma omp barrier
+            charge(my_parts, PART_O, &mark);
+            for (int64_t b = 0; b < batch; b++) add_rms_norm_row(hp, delta, l->post_norm, xp, b, m->hidden, m->eps, act);
+            charge(my_parts, PART_REST, &mark);
+            team_linear(&l->gate_up, xp, batch, gate_up, act, t, T, xq, xs, x8);
+            #pragma omp barrier
+            charge(my_parts, PART_GATE_UP, &mark);
+            for (int64_t b = 0; b < batch; b++) silu_mul_row(gate_up, mid, b, m->inter, act);
+            charge(my_parts, PART_REST, &mark);
+            team_linear(&l->down, mid, batch, delta, act, t, T, xq, xs, x8);
+            #pragma omp barrier
+            charge(my_parts, PART_DOWN, &mark);
+            for (int64_t b = 0; b < batch; b++)
+                add_rms_norm_row(hp, delta, then != NULL ? then->input_norm : m->final_norm, xp, b, m->hidden, m->eps,
+                                 act);
+        }
+        charge(my_parts, PART_REST, &mark);
+        if (t == 0) memcpy(h, hp, batch * m->hidden * es), memcpy(x, xp, batch * m->hidden * es);
+        free(hp), free(xp), free(mid), free(xq), free(xs), free(x8);
+    }
+    free(qkv), free(qbuf), free(attn), free(gate_up), free(delta);
+    return 0;
+}
+#endif
+
+/* 1 where decode_layers runs `m` in one OpenMP region (decode_layers_team), else 0. */
+int decode_in_one_region(const model_t *m) {
+    return team_supported(m);
 }
 
 /* Every decoder layer for `batch` sequences decoding one token each. h [batch, hidden]: the embedded
@@ -198,6 +336,10 @@ int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64
     const int act = m->act_kind, hd = m->head_dim, q = m->heads * hd, kv = m->kv_heads * hd;
     const int qkv_n = q + 2 * kv;
     const size_t es = act_bytes(act);
+#if defined(HAVE_GEMM_INT4_A8)
+    if (team_supported(m))
+        return decode_layers_team(m, h, x, batch, positions, slots, block_tables, context_lens, max_blocks);
+#endif
     char *qkv = malloc(batch * qkv_n * es), *qbuf = malloc(batch * q * es), *attn = malloc(batch * q * es);
     char *gate_up = malloc(batch * 2 * m->inter * es), *mid = malloc(batch * m->inter * es);
     char *delta = malloc(batch * m->hidden * es);
