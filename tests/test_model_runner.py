@@ -393,9 +393,9 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
     if not one_call.native.has_bf16_gemm:
         pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
     assert one_call.decoder is not None
-    # INT4-AWQ and W4A8 on the int4 x int8 kernel: the layers in one OpenMP region, each thread on its own copies
-    # (decode_layers_team); the other formats a team per GEMM. Both the same bits as the Python-driven kernels.
-    one_region = qformat in ("int4_awq", "w4a8_awq") and one_call.native.has_int4_a8 and torch.get_num_threads() > 1
+    # On an AVX512-BF16 + VNNI CPU without AMX every format's layers run in one OpenMP region, each thread on its own
+    # copies (decode_layers_team); elsewhere a team per GEMM. Both the same bits as the Python-driven kernels.
+    one_region = one_call.native.has_int4_a8 and not one_call.native.has_amx and torch.get_num_threads() > 1
     assert one_call.native.decode_in_one_region(one_call.decoder) == one_region
     python_driven.decoder = None
     used = []

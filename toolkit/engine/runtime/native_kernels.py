@@ -303,8 +303,8 @@ class NativeKernels:
 
     def decode_in_one_region(self, model: DecodeModel) -> bool:
         """Whether decode_step runs this model's layers in one OpenMP region (csrc/decode_step.c's
-        decode_layers_team: every linear on the int4 x int8 kernel, two threads or more), rather than a team per
-        GEMM and attention call with the work between them on one thread."""
+        decode_layers_team: every linear on the int4 x int8, INT8-SQ's VNNI, fp8 or bf16 kernel, two threads or
+        more), rather than a team per GEMM and attention call with the work between them on one thread."""
         return bool(self._lib.decode_in_one_region(ctypes.byref(model.desc)))
 
     def decode_step(self, model: DecodeModel, token_ids, positions, slots, block_tables, max_blocks: int, context_lens,

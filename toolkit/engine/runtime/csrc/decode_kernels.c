@@ -1086,12 +1086,18 @@ INLINE void bf16_block(const uint16_t *x, const int rows, int K, const uint16_t 
 }
 #endif
 
-void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, uint16_t *y) {
 #if defined(__AVX512BF16__)
-    if (M >= BF16_BLOCK_MIN && N % 4 == 0 && K % 32 == 0) {
+/* Weight rows gemm_bf16 takes at a time (its unit of work): 4 in the 6x4 blocks from BF16_BLOCK_MIN rows, else 1. */
+static inline int bf16_unit(int64_t M, int K, int N) {
+    return M >= BF16_BLOCK_MIN && N % 4 == 0 && K % 32 == 0 ? 4 : 1;
+}
+
+/* gemm_bf16's output rows n0 .. n1 - 1 (n0 a multiple of bf16_unit). */
+static inline void bf16_rows(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, uint16_t *y, int n0,
+                             int n1) {
+    if (bf16_unit(M, K, N) == 4) {
         const int64_t per_pass = rows_per_pass(M, BF16_BLOCK_ROWS);
-        #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n += 4)
+        for (int n = n0; n < n1; n += 4)
             for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
                 int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
 #define BF16_BLOCK(R) bf16_block(x + m0 * K, R, K, w + (int64_t)n * K, y + m0 * N + n, N)
@@ -1100,8 +1106,7 @@ void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, ui
             }
         return;
     }
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
+    for (int n = n0; n < n1; n++) {
         const uint16_t *wrow = w + (int64_t)n * K;
         for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
             int rows = (int)(M - m0 < TILE_M ? M - m0 : TILE_M);
@@ -1110,6 +1115,14 @@ void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, ui
 #undef BF16_TILE
         }
     }
+}
+#endif
+
+void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, uint16_t *y) {
+#if defined(__AVX512BF16__)
+    const int unit = bf16_unit(M, K, N);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n += unit) bf16_rows(x, M, K, w, N, y, n, n + unit);
 #else
     (void)x; (void)M; (void)K; (void)w; (void)N; (void)y;
 #endif
@@ -1482,19 +1495,21 @@ INLINE void fp8_tile(const uint16_t *x, const int rows, const int nb, int K, con
 }
 #endif
 
-void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scale, int N, uint16_t *y,
-              int act_quant, float input_scale) {
 #if defined(__AVX512BF16__)
-    /* x rounded as calibrated (as kernels.fake_quant_activation rounds it, in bf16), then times 2^64: exact */
-    uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
-    shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
+/* Weight rows per block of gemm_fp8 (its unit of work): 4 in pack_fp8's one-stream layout, else 2 or 1. */
+static inline int fp8_block_rows(int N) {
+    return fp8_layout_rows(N) == 4 ? 4 : N % 2 == 0 ? 2 : 1;
+}
+
+/* gemm_fp8's output rows n0 .. n1 - 1 (n0 a multiple of fp8_block_rows) from its shifted activations xs. */
+static inline void fp8_rows(const uint16_t *xs, int64_t M, int K, const uint8_t *w, const float *scale, int N,
+                            uint16_t *y, int n0, int n1) {
     /* weight rows per block and rows per pass: see fp8_tile. Blocks of 4, one stream each (pack_fp8), take no
      * software prefetch at one or two rows (see the layout above). */
-    const int nb = fp8_layout_rows(N) == 4 ? 4 : N % 2 == 0 ? 2 : 1;
+    const int nb = fp8_block_rows(N);
     const int64_t per_pass = nb == 4 ? rows_per_pass(M, 3) : M <= 8 ? M : rows_per_pass(M, 4);
     const int fetch = nb < 4 || M > 2;
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n += nb) {
+    for (int n = n0; n < n1; n += nb) {
         const uint8_t *wrow = w + (int64_t)n * K;
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
@@ -1509,6 +1524,18 @@ void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float
 #undef FP8_ONE
         }
     }
+}
+#endif
+
+void gemm_fp8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scale, int N, uint16_t *y,
+              int act_quant, float input_scale) {
+#if defined(__AVX512BF16__)
+    /* x rounded as calibrated (as kernels.fake_quant_activation rounds it, in bf16), then times 2^64: exact */
+    uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
+    shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
+    const int nb = fp8_block_rows(N);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n += nb) fp8_rows(xs, M, K, w, scale, N, y, n, n + nb);
     free(xs);
 #else
     (void)x; (void)M; (void)K; (void)w; (void)scale; (void)N; (void)y; (void)act_quant; (void)input_scale;
@@ -1648,15 +1675,18 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
 
 /* w: pack_int8_lanes' bytes [N padded to 16, kpad]; scale, weight_sums: padded to 16 likewise (zeros). From 8 rows two
  * blocks side by side (32 outputs), passes of up to 8 rows. */
-void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,
-                    int N, void *y, int kind, float input_scale) {
-    const int kpad = (K + 63) / 64 * 64;
-    uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
-    quantize_rows(x, M, K, kpad, kind, input_scale, 128, xq);
-    const int64_t blocks = (N + 15) / 16, per_pass = rows_per_pass(M, 8);
-    const int nbk = M >= 8 && blocks % 2 == 0 ? 2 : 1;
-    #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b += nbk) {
+/* Blocks of 16 output rows gemm_int8_vnni takes at a time (its unit of work): 2 from 8 rows, else 1. */
+static inline int int8_vnni_unit(int64_t M, int N) {
+    return M >= 8 && ((N + 15) / 16) % 2 == 0 ? 2 : 1;
+}
+
+/* gemm_int8_vnni's output blocks b0 .. b1 - 1 (b0 a multiple of int8_vnni_unit) from its quantized rows xq. */
+static inline void int8_vnni_blocks(const uint8_t *xq, int64_t M, int kpad, const int8_t *w, const float *scale,
+                                    const int32_t *weight_sums, int N, void *y, int kind, float input_scale, int64_t b0,
+                                    int64_t b1) {
+    const int64_t per_pass = rows_per_pass(M, 8);
+    const int nbk = int8_vnni_unit(M, N);
+    for (int64_t b = b0; b < b1; b += nbk) {
         const int64_t valid = N - 16 * b < 16 * nbk ? N - 16 * b : 16 * nbk;
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
@@ -1672,6 +1702,18 @@ void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const floa
 #undef INT8_LANES
         }
     }
+}
+
+void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,
+                    int N, void *y, int kind, float input_scale) {
+    const int kpad = (K + 63) / 64 * 64;
+    uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
+    quantize_rows(x, M, K, kpad, kind, input_scale, 128, xq);
+    const int64_t blocks = (N + 15) / 16;
+    const int nbk = int8_vnni_unit(M, N);
+    #pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b += nbk)
+        int8_vnni_blocks(xq, M, kpad, w, scale, weight_sums, N, y, kind, input_scale, b, b + nbk);
     free(xq);
 }
 #endif

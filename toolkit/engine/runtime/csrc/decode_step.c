@@ -11,6 +11,8 @@
  * Scope: decode-only steps (one new token per sequence) with bf16 or fp32 activations, fused q/k/v and
  * gate/up GEMMs, and every linear on one of the few-row C GEMMs (the runner checks, else keeps Python).
  * x rounded to the activation format ModelOpt calibrated happens inside the int8 GEMMs, and here for int4.
+ * Where every linear's kernel can take a per-thread share (team_linear), the layers run in one OpenMP region
+ * (decode_layers_team); elsewhere decode_layers opens a team per GEMM and attention call.
  */
 
 enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4, LIN_BF16_AMX = 5, LIN_INT8_AMX = 6, LIN_FP8_AMX = 7,
@@ -194,10 +196,17 @@ static void write_kv(const model_t *m, const layer_t *l, const void *qkv, int64_
     write_kv_heads(m, l, qkv, 0, batch, qkv_n, slots, 0, m->kv_heads);
 }
 
-/* A team thread's share of a linear whose kind is LIN_INT4_A8: x [M, k] (its own copy, smoothed in place), into
- * y [M, n] shared, the blocks of thread t of `threads`; xq / xs / x8 its scratch. */
-static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int t, int threads, int8_t *xq,
-                        float *xs, int32_t *x8) {
+/* The share of `units` units of work of thread t of `threads`, as OpenMP's static schedule splits them. */
+static void team_share(int64_t units, int t, int threads, int64_t *u0, int64_t *u1) {
+    const int64_t q = units / threads, r = units % threads;
+    *u0 = t * q + (t < r ? t : r);
+    *u1 = *u0 + q + (t < r);
+}
+
+/* A team thread's share of a linear on one of the kernels with a per-thread share (team_supported): x [M, k] its
+ * own copy (smoothed in place, and its activations prepared into `scratch` as the kernel's call would), into y
+ * [M, n] shared, the units of work of thread t of `threads` as the kernel's own loop splits them. */
+static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int t, int threads, char *scratch) {
     if (l->smooth != NULL) {
         float row[l->k], s[l->k];
         load_row(s, l->smooth, 0, l->k, act, 1.0f);
@@ -207,33 +216,73 @@ static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act,
             store_row(x, r * l->k, row, l->k, act);
         }
     }
-    const int64_t chunks = l->k / 128, blocks = (l->n + 15) / 16, q = blocks / threads, r = blocks % threads;
-    const float fp8 = l->act_quant == ACT_FP8 ? l->input_scale : 0.0f;
-    for (int64_t row = 0; row < M; row++)
-        quantize_int4_activations((const uint16_t *)x + row * l->k, l->k, xq + row * l->k, xs + row * chunks,
-                                  x8 + row * chunks, fp8);
-    const int64_t b0 = t * q + (t < r ? t : r), b1 = b0 + q + (t < r);
-    int4_a8_blocks(xq, xs, x8, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y, b0, b1);
+    const int K = l->k, N = l->n;
+    int64_t u0, u1;
+    switch (l->kind) {
+#if defined(HAVE_GEMM_INT4_A8)
+    case LIN_INT4_A8: {
+        const int64_t chunks = K / 128;
+        int8_t *xq = (int8_t *)scratch;
+        float *xs = (float *)(scratch + M * K);
+        int32_t *x8 = (int32_t *)(xs + M * chunks);
+        for (int64_t r = 0; r < M; r++)
+            quantize_int4_activations((const uint16_t *)x + r * K, K, xq + r * K, xs + r * chunks, x8 + r * chunks,
+                                      l->act_quant == ACT_FP8 ? l->input_scale : 0.0f);
+        team_share((N + 15) / 16, t, threads, &u0, &u1);
+        int4_a8_blocks(xq, xs, x8, M, K, (const uint8_t *)l->weight, l->scale, l->group, N, (uint16_t *)y, u0, u1);
+        break;
+    }
+#endif
+#if defined(HAVE_GEMM_INT8_VNNI)
+    case LIN_INT8_VNNI: {
+        const int kpad = (K + 63) / 64 * 64, unit = int8_vnni_unit(M, N);
+        for (int64_t r = 0; r < M; r++) quantize_row(x, r, K, kpad, act, l->input_scale, 128, (uint8_t *)scratch);
+        team_share((N + 15) / 16 / unit, t, threads, &u0, &u1);
+        int8_vnni_blocks((const uint8_t *)scratch, M, kpad, (const int8_t *)l->weight, l->scale, l->weight_sums, N, y,
+                         act, l->input_scale, u0 * unit, u1 * unit);
+        break;
+    }
+#endif
+#if defined(__AVX512BF16__)
+    case LIN_FP8: {
+        const int unit = fp8_block_rows(N);
+        for (int64_t r = 0; r < M; r++)
+            shifted_activations_row((const uint16_t *)x, r, K, l->act_quant, l->input_scale, FP8_ACT_SHIFT,
+                                    (uint16_t *)scratch);
+        team_share((N + unit - 1) / unit, t, threads, &u0, &u1);
+        fp8_rows((const uint16_t *)scratch, M, K, (const uint8_t *)l->weight, l->scale, N, (uint16_t *)y,
+                 (int)(u0 * unit), (int)(u1 * unit < N ? u1 * unit : N));
+        break;
+    }
+    case LIN_BF16: {
+        const int unit = bf16_unit(M, K, N);
+        team_share(N / unit, t, threads, &u0, &u1);
+        bf16_rows((const uint16_t *)x, M, K, (const uint16_t *)l->weight, N, (uint16_t *)y, (int)(u0 * unit),
+                  (int)(u1 * unit));
+        break;
+    }
+#endif
+    }
 }
 
-/* Whether decode_layers_team runs this model: every linear on the int4 x int8 kernel (INT4-AWQ, W4A8), the only
- * one with a per-thread share (team_linear) so far, and a team to share the work. */
+/* Whether decode_layers_team runs this model: every linear on a kernel with a per-thread share (team_linear: the
+ * int4 x int8, INT8-SQ's VNNI, fp8 and bf16 kernels, as they run on an AVX512-BF16 + VNNI CPU; not AMX's tiles,
+ * the widening int8 or the bf16-activation int4 kernels), bf16 activations, and a team to share the work. */
 static int team_supported(const model_t *m) {
-#if defined(HAVE_GEMM_INT4_A8)
     if (m->act_kind != BF16 || omp_get_max_threads() < 2) return 0;
     for (int i = 0; i < m->num_layers; i++) {
         const linear_t *ls[4] = {&m->layers[i].qkv, &m->layers[i].o, &m->layers[i].gate_up, &m->layers[i].down};
-        for (int j = 0; j < 4; j++)
-            if (ls[j]->kind != LIN_INT4_A8 || (ls[j]->act_quant != ACT_NONE && ls[j]->act_quant != ACT_FP8)) return 0;
+        for (int j = 0; j < 4; j++) {
+            const int kind = ls[j]->kind;
+            if (!decode_kind_supported(kind) || (kind != LIN_INT4_A8 && kind != LIN_INT8_VNNI && kind != LIN_FP8 &&
+                                                 kind != LIN_BF16))
+                return 0;
+            if (kind == LIN_INT4_A8 && ls[j]->act_quant != ACT_NONE && ls[j]->act_quant != ACT_FP8) return 0;
+        }
     }
     return 1;
-#else
-    (void)m;
-    return 0;
-#endif
 }
 
-#if defined(HAVE_GEMM_INT4_A8)
 /* decode_layers in one OpenMP region: each thread keeps its own copy of the residual stream and of every GEMM's
  * input, computes the norms and SwiGLU's middle on it itself, and the RoPE, KV writes and attention of its own
  * attention items (attention_then's round robin); the threads meet once after each GEMM and after attention.
@@ -241,10 +290,13 @@ static int team_supported(const model_t *m) {
  * thread while the other waits, so each layer hands data between the threads about ten times. On this 2-core VM
  * an empty 2-thread region costs 0.58 us, and 1.16 us (a cache line's round trip 326 ns against 71) in the minutes
  * when its two vCPUs sit on two CCDs of the host (perf/README). Here a layer costs 5 barriers and each thread's
- * share of the serial work is the whole of it, done at the same time as the other's. INT4-AWQ decode steps, the two
- * paths alternating in one process (2026-11-27, slow state): 1 / 2 / 3 / 4 / 8 sequences -11 / -5 / -8 / -10 / -17 %,
- * 12-16 within noise; fast state 6 / 8 / 12 sequences -10 / -7 / -18 %. The same bits as decode_layers (the same
- * kernels on the same data; tests/test_model_runner.py). */
+ * share of the serial work is the whole of it, done at the same time as the other's. Whole decode steps of `small`,
+ * two builds alternating (perf/ab_steps.py --slices, 2026-11-27): INT4-AWQ at 1 / 2 / 8 / 16 sequences -13 / -19 /
+ * -12 / -4 % in the fast state, 2 / 4 / 8 / 16 -5 / -10 / -4 / -5 % in the slow one; W4A8 at 1 / 4 -11 / -17 % (fast);
+ * fp8 at 1 / 4 / 8 -7 / -3 / -3 % (fast), 16 unchanged; bf16 at 1 / 8 / 16 -5 / -4 / -4 % (4 +4 %); INT8-SQ at 1 / 4 / 8
+ * -2 / -2 / -4 % (slow), 16 +3 %: from 8 rows the norms and SwiGLU, done by both threads on every row, cost about
+ * what the forks saved. The same bits as decode_layers (the same kernels on the same data; tests/test_model_runner.py
+ * holds the one-call step to the Python-driven kernels). */
 static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch, const int64_t *positions,
                               const int64_t *slots, const int64_t *block_tables, const int64_t *context_lens,
                               int max_blocks) {
@@ -266,15 +318,14 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
         double *my_parts = t == 0 ? parts : NULL;
         char *hp = malloc(batch * m->hidden * es), *xp = malloc(batch * widest * es), *mid = malloc(batch * m->inter * es);
-        int8_t *xq = malloc(batch * widest);
-        float *xs = malloc(sizeof(float) * batch * (widest / 128 + 1));
-        int32_t *x8 = malloc(sizeof(int32_t) * batch * (widest / 128 + 1));
+        /* the kernels' prepared activations: at most 2 bytes per input (fp8's shifted bf16), int4's scales besides */
+        char *scratch = malloc(batch * (widest + 64) * 2 + batch * (widest / 128 + 1) * 8);
         memcpy(hp, h, batch * m->hidden * es);
         for (int64_t b = 0; b < batch; b++) rms_norm_row(hp, m->layers[0].input_norm, xp, b, m->hidden, m->eps, act);
         for (int i = 0; i < m->num_layers; i++) {
             const layer_t *l = &m->layers[i], *then = i + 1 < m->num_layers ? &m->layers[i + 1] : NULL;
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->qkv, xp, batch, qkv, act, t, T, xq, xs, x8);
+            team_linear(&l->qkv, xp, batch, qkv, act, t, T, scratch);
             #pragma omp barrier
             charge(my_parts, PART_QKV, &mark);
             const attention_work_t w = attention_work(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn,
@@ -295,17 +346,17 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
             #pragma omp barrier
             charge(my_parts, PART_ATTENTION, &mark);
             memcpy(xp, attn, batch * q * es);
-            team_linear(&l->o, xp, batch, delta, act, t, T, xq, xs, x8);
+            team_linear(&l->o, xp, batch, delta, act, t, T, scratch);
             #pragma omp barrier
             charge(my_parts, PART_O, &mark);
             for (int64_t b = 0; b < batch; b++) add_rms_norm_row(hp, delta, l->post_norm, xp, b, m->hidden, m->eps, act);
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->gate_up, xp, batch, gate_up, act, t, T, xq, xs, x8);
+            team_linear(&l->gate_up, xp, batch, gate_up, act, t, T, scratch);
             #pragma omp barrier
             charge(my_parts, PART_GATE_UP, &mark);
             for (int64_t b = 0; b < batch; b++) silu_mul_row(gate_up, mid, b, m->inter, act);
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->down, mid, batch, delta, act, t, T, xq, xs, x8);
+            team_linear(&l->down, mid, batch, delta, act, t, T, scratch);
             #pragma omp barrier
             charge(my_parts, PART_DOWN, &mark);
             for (int64_t b = 0; b < batch; b++)
@@ -314,12 +365,11 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
         }
         charge(my_parts, PART_REST, &mark);
         if (t == 0) memcpy(h, hp, batch * m->hidden * es), memcpy(x, xp, batch * m->hidden * es);
-        free(hp), free(xp), free(mid), free(xq), free(xs), free(x8);
+        free(hp), free(xp), free(mid), free(scratch);
     }
     free(qkv), free(qbuf), free(attn), free(gate_up), free(delta);
     return 0;
 }
-#endif
 
 /* 1 where decode_layers runs `m` in one OpenMP region (decode_layers_team), else 0. */
 int decode_in_one_region(const model_t *m) {
@@ -336,10 +386,8 @@ int decode_layers(const model_t *m, void *h, void *x, int64_t batch, const int64
     const int act = m->act_kind, hd = m->head_dim, q = m->heads * hd, kv = m->kv_heads * hd;
     const int qkv_n = q + 2 * kv;
     const size_t es = act_bytes(act);
-#if defined(HAVE_GEMM_INT4_A8)
     if (team_supported(m))
         return decode_layers_team(m, h, x, batch, positions, slots, block_tables, context_lens, max_blocks);
-#endif
     char *qkv = malloc(batch * qkv_n * es), *qbuf = malloc(batch * q * es), *attn = malloc(batch * q * es);
     char *gate_up = malloc(batch * 2 * m->inter * es), *mid = malloc(batch * m->inter * es);
     char *delta = malloc(batch * m->hidden * es);
