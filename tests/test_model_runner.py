@@ -66,12 +66,12 @@ def hf_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
 
 
-def _runner(checkpoint_dir, dtype="fp32", kv_cache_dtype="auto", fp8_kernel="scaled_mm"):
+def _runner(checkpoint_dir, dtype="fp32", kv_cache_dtype="auto", fp8_kernel="scaled_mm", threads=None):
     """fp8 runs torch's fp8 GEMM on ModelOpt's exact values here; the served CPU default is checked apart."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     return ModelRunner(checkpoint_dir, num_blocks=64, block_size=BLOCK, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-                       fp8_kernel=fp8_kernel)
+                       fp8_kernel=fp8_kernel, threads=threads)
 
 
 def _run_schedule(runner, prompts, decode_steps=4):
@@ -375,12 +375,23 @@ def test_fp8_kv_cache_is_honoured(quantized, hf_model):
     assert (logits - expected).abs().max().item() < (plain_logits - expected).abs().max().item()
 
 
-@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8", "fp8"])
+@pytest.fixture
+def threads_restored():
+    """torch's thread count (which the C kernels' OpenMP shares) as it was before the test, after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("kv_cache_dtype, threads", [("auto", None), ("int8", None), ("fp8", None), ("auto", 1)])
 @pytest.mark.parametrize("qformat", ["none", "int8_sq", "int4_awq", "w4a8_awq", "fp8"])
 def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_model_dir, qformat, kv_cache_dtype,
-                                                               monkeypatch):
+                                                               threads, monkeypatch, threads_restored):
     """Decode-only steps run in one C call (csrc/decode_step.c: the embedding, all decoder layers, lm_head): the same kernels in the
-    same order as the Python-driven path, so logits and every KV cache byte are equal, not just close."""
+    same order as the Python-driven path, so logits and every KV cache byte are equal, not just close. On one thread
+    the layers take decode_layers' path (a team per call) instead of one OpenMP region: the same bits either way."""
     import torch
 
     from toolkit.compile_native import find_compiler
@@ -389,7 +400,8 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
     if find_compiler("c") is None:
         pytest.skip("no C compiler here to build the fused kernels")
     ckpt = tiny_model_dir if qformat == "none" else quantized(qformat)[0]
-    one_call, python_driven = (_runner(ckpt, "auto", kv_cache_dtype, fp8_kernel="auto") for _ in range(2))
+    one_call, python_driven = (_runner(ckpt, "auto", kv_cache_dtype, fp8_kernel="auto", threads=threads)
+                               for _ in range(2))
     if not one_call.native.has_bf16_gemm:
         pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
     assert one_call.decoder is not None
