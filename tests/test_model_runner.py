@@ -456,6 +456,32 @@ def test_the_one_call_step_refuses_a_token_outside_the_vocabulary_and_writes_not
     assert runner.forward(step).shape == (1, runner.spec.vocab_size)  # logits as wide as lm_head
 
 
+@pytest.mark.parametrize("threads", [None, 1])
+def test_the_one_call_step_with_its_gemms_stubbed_out_computes_zeros_there(tiny_model_dir, threads, threads_restored):
+    """stub_gemms (perf/engine_bench.py's step cost without GEMMs): every GEMM and attention writes zeros, in one
+    OpenMP region as with a team per call: the K and V the step writes are 0 (q/k/v's GEMM gave zeros), and so are
+    lm_head's logits."""
+    import torch
+
+    from toolkit.compile_native import find_compiler
+
+    if find_compiler("c") is None:
+        pytest.skip("no C compiler here to build the fused kernels")
+    runner = _runner(tiny_model_dir, "auto", "auto", threads=threads)
+    if runner.decoder is None:
+        pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
+    paged = PagedSequences(runner.cache.num_blocks)
+    runner.forward(paged.step({0: PROMPTS[0], 1: PROMPTS[1]}))
+    step = paged.step({0: [11], 1: [40]})
+    assert runner.forward(step).abs().max().item() > 0
+    written = [cache[step.slot_mapping].abs().max().item() for cache in runner.cache.k + runner.cache.v]
+    assert min(written) > 0
+    runner.decoder.desc.stub_gemms = 1
+    stubbed = paged.step({0: [12], 1: [41]})
+    assert torch.equal(runner.forward(stubbed), torch.zeros(2, runner.spec.vocab_size))
+    assert all(cache[stubbed.slot_mapping].abs().max().item() == 0 for cache in runner.cache.k + runner.cache.v)
+
+
 def test_the_one_call_step_times_its_parts_in_place_without_changing_a_logit(tiny_model_dir):
     """time_parts (perf/engine_bench.py's in-step GEMM rates): each part of every decode step is timed where it runs,
     the parts add up to no more than the steps' own time, and the logits are the same bits as untimed."""

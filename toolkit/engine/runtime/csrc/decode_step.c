@@ -206,7 +206,8 @@ static void team_share(int64_t units, int t, int threads, int64_t *u0, int64_t *
 /* A team thread's share of a linear on one of the kernels with a per-thread share (team_supported): x [M, k] its
  * own copy (smoothed in place, and its activations prepared into `scratch` as the kernel's call would), into y
  * [M, n] shared, the units of work of thread t of `threads` as the kernel's own loop splits them. */
-static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int t, int threads, char *scratch) {
+static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int t, int threads, char *scratch,
+                        int stub) {
     if (l->smooth != NULL) {
         float row[l->k], s[l->k];
         load_row(s, l->smooth, 0, l->k, act, 1.0f);
@@ -217,6 +218,10 @@ static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act,
         }
     }
     const int K = l->k, N = l->n;
+    if (stub) {  /* benchmarks only (model_t.stub_gemms): zeros instead, as run_linear */
+        if (t == 0) memset(y, 0, (size_t)M * N * act_bytes(act));
+        return;
+    }
     int64_t u0, u1;
     switch (l->kind) {
 #if defined(HAVE_GEMM_INT4_A8)
@@ -325,7 +330,7 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
         for (int i = 0; i < m->num_layers; i++) {
             const layer_t *l = &m->layers[i], *then = i + 1 < m->num_layers ? &m->layers[i + 1] : NULL;
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->qkv, xp, batch, qkv, act, t, T, scratch);
+            team_linear(&l->qkv, xp, batch, qkv, act, t, T, scratch, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_QKV, &mark);
             const attention_work_t w = attention_work(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn,
@@ -342,21 +347,25 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
                        qkv + ((int64_t)b * qkv_n + (int64_t)kv0 * group * hd) * es, (size_t)w.per_item * group * hd * es);
             }
             charge(my_parts, PART_REST, &mark);
-            for (int item = t; item < batch * w.parts; item += T) attention_item(&w, item);
+            if (m->stub_gemms) {
+                if (t == 0) memset(attn, 0, batch * q * es);
+            } else {
+                for (int item = t; item < batch * w.parts; item += T) attention_item(&w, item);
+            }
             #pragma omp barrier
             charge(my_parts, PART_ATTENTION, &mark);
             memcpy(xp, attn, batch * q * es);
-            team_linear(&l->o, xp, batch, delta, act, t, T, scratch);
+            team_linear(&l->o, xp, batch, delta, act, t, T, scratch, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_O, &mark);
             for (int64_t b = 0; b < batch; b++) add_rms_norm_row(hp, delta, l->post_norm, xp, b, m->hidden, m->eps, act);
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->gate_up, xp, batch, gate_up, act, t, T, scratch);
+            team_linear(&l->gate_up, xp, batch, gate_up, act, t, T, scratch, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_GATE_UP, &mark);
             for (int64_t b = 0; b < batch; b++) silu_mul_row(gate_up, mid, b, m->inter, act);
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->down, mid, batch, delta, act, t, T, scratch);
+            team_linear(&l->down, mid, batch, delta, act, t, T, scratch, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_DOWN, &mark);
             for (int64_t b = 0; b < batch; b++)
