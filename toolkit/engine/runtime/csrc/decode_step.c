@@ -80,17 +80,21 @@ static int decode_kind_supported(int kind) { /* what decode_layers checks before
     return kind == LIN_INT8;
 }
 
+/* x [M, k] times the linear's AWQ / SmoothQuant pre_quant_scale, in place, where it has one. */
+static void smooth_input(const linear_t *l, void *x, int64_t M, int act) {
+    if (l->smooth == NULL) return;
+    float row[l->k], s[l->k];
+    load_row(s, l->smooth, 0, l->k, act, 1.0f);
+    for (int64_t m = 0; m < M; m++) {
+        load_row(row, x, m * l->k, l->k, act, 1.0f);
+        combine_rounded(row, row, s, l->k, act, 0);
+        store_row(x, m * l->k, row, l->k, act);
+    }
+}
+
 /* y [M, n] = linear(x [M, k]); x is scratch the smoothing may overwrite. */
 static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int stub) {
-    if (l->smooth != NULL) {
-        float row[l->k], s[l->k];
-        load_row(s, l->smooth, 0, l->k, act, 1.0f);
-        for (int64_t m = 0; m < M; m++) {
-            load_row(row, x, m * l->k, l->k, act, 1.0f);
-            combine_rounded(row, row, s, l->k, act, 0);
-            store_row(x, m * l->k, row, l->k, act);
-        }
-    }
+    smooth_input(l, x, M, act);
     if (stub) {
         memset(y, 0, (size_t)M * l->n * act_bytes(act));
         return;
@@ -208,15 +212,7 @@ static void team_share(int64_t units, int t, int threads, int64_t *u0, int64_t *
  * [M, n] shared, the units of work of thread t of `threads` as the kernel's own loop splits them. */
 static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int t, int threads, char *scratch,
                         int stub) {
-    if (l->smooth != NULL) {
-        float row[l->k], s[l->k];
-        load_row(s, l->smooth, 0, l->k, act, 1.0f);
-        for (int64_t r = 0; r < M; r++) {
-            load_row(row, x, r * l->k, l->k, act, 1.0f);
-            combine_rounded(row, row, s, l->k, act, 0);
-            store_row(x, r * l->k, row, l->k, act);
-        }
-    }
+    smooth_input(l, x, M, act);
     const int K = l->k, N = l->n;
     if (stub) {  /* benchmarks only (model_t.stub_gemms): zeros instead, as run_linear */
         if (t == 0) memset(y, 0, (size_t)M * N * act_bytes(act));
