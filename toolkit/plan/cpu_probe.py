@@ -233,13 +233,12 @@ def stream_reader(kernel: str, mib: int):
     return rate
 
 
-def paired_read_ratio(name: str, mib: int, pairs: int = GEMV_PAIRS) -> float:
+def paired_read_ratio(name: str, mib: int, plain, pairs: int = GEMV_PAIRS) -> float:
     """Kernel `name`'s batch-1 read rate over one [out, 4096] weight of about `mib` MiB over a torch sum's over as
-    many MiB read right after it: the median over `pairs` pairs. Each pair's two reads see the same memory state, so
-    the ratio holds across states where either rate alone moved 1.5x."""
-    import statistics
-
-    kernel, plain = stream_reader(name, mib), stream_reader("sum", mib)
+    many MiB read right after it (plain: stream_reader("sum", mib), made once for every kernel): the median over
+    `pairs` pairs. Each pair's two reads see the same memory state, so the ratio holds across states where either
+    rate alone moved 1.5x."""
+    kernel = stream_reader(name, mib)
     kernel(), plain()  # first calls: page faults, kernel selection
     return statistics.median(kernel() / plain() for _ in range(pairs))
 
@@ -252,9 +251,11 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # a large last-level cache holds, re-read (a compute-bound kernel, int4 here, runs no faster there; a
     # memory-bound one, INT8-SQ's, up to 2x on a 260 MiB-L3 Xeon). Each as its ratio to a sum over the same bytes
     # (measure_cpu scales it by the best sum read, of the stream and of the read curve at CACHED_MIB).
+    plain = {mib: stream_reader("sum", mib) for mib in (stream_mib, CACHED_MIB)}
     for name in KERNELS:
-        figures[f"gemv_over_read_{name}"] = paired_read_ratio(name, stream_mib)
-        figures[f"cached_gemv_over_read_{name}"] = paired_read_ratio(name, CACHED_MIB)
+        figures[f"gemv_over_read_{name}"] = paired_read_ratio(name, stream_mib, plain[stream_mib])
+        figures[f"cached_gemv_over_read_{name}"] = paired_read_ratio(name, CACHED_MIB, plain[CACHED_MIB])
+    del plain
     # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
     # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
     # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of

@@ -1673,8 +1673,6 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
     }
 }
 
-/* w: pack_int8_lanes' bytes [N padded to 16, kpad]; scale, weight_sums: padded to 16 likewise (zeros). From 8 rows two
- * blocks side by side (32 outputs), passes of up to 8 rows. */
 /* Blocks of 16 output rows gemm_int8_vnni takes at a time (its unit of work): 2 from 8 rows, else 1. */
 static inline int int8_vnni_unit(int64_t M, int N) {
     return M >= 8 && ((N + 15) / 16) % 2 == 0 ? 2 : 1;
@@ -1704,6 +1702,8 @@ static inline void int8_vnni_blocks(const uint8_t *xq, int64_t M, int kpad, cons
     }
 }
 
+/* w: pack_int8_lanes' bytes [N padded to 16, kpad]; scale, weight_sums: padded to 16 likewise (zeros). From 8 rows two
+ * blocks side by side (32 outputs), passes of up to 8 rows. */
 void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,
                     int N, void *y, int kind, float input_scale) {
     const int kpad = (K + 63) / 64 * 64;

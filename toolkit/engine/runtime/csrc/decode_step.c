@@ -302,25 +302,33 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
                               const int64_t *slots, const int64_t *block_tables, const int64_t *context_lens,
                               int max_blocks) {
     const int act = m->act_kind, hd = m->head_dim, q = m->heads * hd, kv = m->kv_heads * hd, qkv_n = q + 2 * kv;
-    const int group = m->heads / m->kv_heads, widest = m->inter > m->hidden ? (m->inter > q ? m->inter : q)
-                                                                             : (m->hidden > q ? m->hidden : q);
+    /* the widest GEMM input (q's width is o's) */
+    const int group = m->heads / m->kv_heads, wider = m->inter > m->hidden ? m->inter : m->hidden;
+    const int widest = wider > q ? wider : q;
     const size_t es = act_bytes(act);
     char *qkv = malloc(batch * qkv_n * es), *qbuf = malloc(batch * q * es), *attn = malloc(batch * q * es);
     char *gate_up = malloc(batch * 2 * m->inter * es), *delta = malloc(batch * m->hidden * es);
-    if (!(qkv && qbuf && attn && gate_up && delta)) {
-        free(qkv), free(qbuf), free(attn), free(gate_up), free(delta);
+    /* each thread's own: the residual stream, a GEMM's input, SwiGLU's middle, and the kernels' prepared activations
+     * (at most 2 bytes per input, fp8's shifted bf16, and int4's scales besides), each on its own cache lines */
+    const int threads = omp_get_max_threads();
+    const int64_t h_bytes = batch * m->hidden * es, x_bytes = batch * widest * es, mid_bytes = batch * m->inter * es;
+    const int64_t scratch_bytes = batch * (widest + 64) * 2 + batch * (widest / 128 + 1) * 8;
+    const int64_t own_bytes = (h_bytes + x_bytes + mid_bytes + scratch_bytes + 4 * 63) / 64 * 64;
+    char *own = malloc(threads * own_bytes);
+    if (!(qkv && qbuf && attn && gate_up && delta && own)) {
+        free(qkv), free(qbuf), free(attn), free(gate_up), free(delta), free(own);
         return -1;
     }
     double *parts = m->part_seconds, mark = parts != NULL ? now_seconds() : 0.0;
     init_fp8();
-    const int threads = omp_get_max_threads();
     #pragma omp parallel num_threads(threads)
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
         double *my_parts = t == 0 ? parts : NULL;
-        char *hp = malloc(batch * m->hidden * es), *xp = malloc(batch * widest * es), *mid = malloc(batch * m->inter * es);
-        /* the kernels' prepared activations: at most 2 bytes per input (fp8's shifted bf16), int4's scales besides */
-        char *scratch = malloc(batch * (widest + 64) * 2 + batch * (widest / 128 + 1) * 8);
+#define NEXT_LINE(p, bytes) ((char *)(((uintptr_t)(p) + (bytes) + 63) & ~(uintptr_t)63))
+        char *hp = NEXT_LINE(own + t * own_bytes, 0), *xp = NEXT_LINE(hp, h_bytes), *mid = NEXT_LINE(xp, x_bytes);
+        char *scratch = NEXT_LINE(mid, mid_bytes);
+#undef NEXT_LINE
         memcpy(hp, h, batch * m->hidden * es);
         for (int64_t b = 0; b < batch; b++) rms_norm_row(hp, m->layers[0].input_norm, xp, b, m->hidden, m->eps, act);
         for (int i = 0; i < m->num_layers; i++) {
@@ -370,9 +378,8 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
         }
         charge(my_parts, PART_REST, &mark);
         if (t == 0) memcpy(h, hp, batch * m->hidden * es), memcpy(x, xp, batch * m->hidden * es);
-        free(hp), free(xp), free(mid), free(scratch);
     }
-    free(qkv), free(qbuf), free(attn), free(gate_up), free(delta);
+    free(qkv), free(qbuf), free(attn), free(gate_up), free(delta), free(own);
     return 0;
 }
 
