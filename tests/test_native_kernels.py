@@ -194,6 +194,27 @@ def test_few_row_gemms_equal_torch(kernels, rows):
         assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
 
 
+@pytest.mark.parametrize("name", ["bf16", "int8a8", "fp8", "int4", "w4a8"])
+def test_the_probes_step_pass_runs_the_kernels_the_step_runs_bit_for_bit(kernels, name):
+    """team_linears_seconds (the planner's probe times few-row GEMMs with it, as the one-region decode step runs them):
+    each thread's share of the same kernel, so its output equals the linear called from Python bit for bit, at a row
+    count of every kernel's branch."""
+    import torch
+
+    from toolkit.plan.cpu_probe import _kernel
+
+    _, _, linear = _kernel(name, 512, 768)
+    native = linear.native_linear()
+    x = torch.randn(5, 768).to(torch.bfloat16)
+    if native is None or kernels.team_linears_seconds([native], x[:1]) is None:
+        pytest.skip(f"the one-region step does not run {name} here (kernel {getattr(native, 'kind', None)}, one thread)")
+    for rows in (1, 2, 5):
+        out = torch.full((rows, 512), float("nan"), dtype=torch.bfloat16)
+        seconds = kernels.team_linears_seconds([native, native], x[:rows], calls=3, out=out)
+        assert seconds > 0
+        assert torch.equal(out, linear(x[:rows]))
+
+
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 11])
 def test_int4_gemm_and_its_bf16_widening_equal_the_dequantized_weights(kernels, rows):
     import torch

@@ -438,6 +438,28 @@ def test_probe_moved_to_another_memory_state_scales_its_reads_not_its_compute():
     assert fast_step.memory_s == pytest.approx(slow_step.memory_s / 2)
 
 
+def test_few_row_rates_move_with_the_memory_state_only_where_the_pass_was_memory_bound():
+    """few_row_rates_at: a few-row pass whose weights read at 0.75 of its paired sum or more moves with the read, up to
+    its rate in cache; a compute-bound one gets no faster; in a slower state the weights read at the GEMV's share bind
+    both; no row count runs faster than a larger one. int4: 0.5 bytes a weight, so 4 FLOP per byte per row."""
+    from toolkit.plan.cpu_probe import few_row_rates_at, probe_at_read
+
+    probe = {"gemv_over_read": {"int4": 0.95},
+             "decode_flops_streamed": {"int4": {"2": 200e9, "4": 400e9, "8": 500e9}},
+             "decode_over_read": {"int4": {"2": 0.8, "4": 0.6, "8": 0.3}},
+             "decode_flops_in_cache": {"int4": {"2": 600e9, "4": 650e9, "8": 700e9}}}
+    gflops = lambda read: {rows: rate / 1e9 for rows, rate in few_row_rates_at(probe, read)["int4"].items()}
+    # 2 rows memory-bound: 0.8 of the read x 8 FLOP/byte; 4 and 8 rows as streamed
+    assert gflops(50e9) == pytest.approx({"2": 320, "4": 400, "8": 500})
+    # twice the read: 2 rows would reach 640 (its cache allows 600), but not past the 4-row pass's 400
+    assert gflops(100e9) == pytest.approx({"2": 400, "4": 400, "8": 500})
+    # slow memory: the weights at the GEMV's 0.95 of the read bind 2 rows (152) and 4 (304), not 8 (608)
+    assert gflops(20e9) == pytest.approx({"2": 152, "4": 304, "8": 500})
+    moved = probe_at_read({**PROBE, **probe, "read_bytes_s_sum": 50e9, "read_curve_bytes_s": {"128": 50e9},
+                           "cached_gemv_over_read": {}}, 20e9)
+    assert moved["decode_flops"] == few_row_rates_at(probe, 20e9)
+
+
 def test_nvfp4_is_refused_on_the_cpu_engine():
     with pytest.raises(ToolkitError, match="nvfp4 cannot be planned on the CPU engine"):
         cpu_decode_step_seconds(SMALL, "nvfp4", 1, 160, PROBE)
@@ -460,6 +482,10 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     assert set(first["prefill_flops"]) == kernels and all(v > 0 for v in first["prefill_flops"].values())
     assert all(set(rates) == {str(rows) for rows in cpu_probe.DECODE_ROWS} and min(rates.values()) > 0
                for rates in first["decode_flops"].values())
+    # the few-row passes as measured (streamed, paired with a sum, in cache) and moved to the best read's state
+    for field in ("decode_flops_streamed", "decode_over_read", "decode_flops_in_cache"):
+        assert all(min(first[field][name].values()) > 0 for name in kernels), field
+    assert first["decode_flops"] == cpu_probe.few_row_rates_at(first, first["read_bytes_s_sum"])
     assert first["bandwidth_bytes_s"] == max(*first["gemv_bytes_s"].values(), first["read_bytes_s_sum"])
     # each kernel's read rate: its ratio to a sum read paired with it, in the memory state of the best sum read
     for name in kernels:

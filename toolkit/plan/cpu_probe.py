@@ -15,7 +15,10 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   memory as a prefill step calls them (each format's own kernel, or its weights widened per call), which sets
   the planner's prefill floor. Decode's: as many weights at 2, 4, 8 and 16 rows,
   streamed in matrices of a few MB one call after another as a decode step calls them: the rate the
-  few-row kernels keep while they also stream the weights.
+  few-row kernels keep while they also stream the weights. Each such pass is paired with a sum read like the
+  GEMVs, and the same kernels are timed again at those rows with their weights in cache (few_row_rates_at): a
+  pass that read its weights about as fast as the sum was memory-bound, and in a faster memory state it runs
+  faster, up to its in-cache rate; one that read them much slower was compute-bound, and runs no faster.
 - Attention: the engine's fused decode-attention kernel, query heads x context tokens per second, each
   layer's KV cache read from memory as in a step.
 - Working set: a sum's read rate re-reading 16 MiB .. 1 GiB, and the kernels' batch-1 and few-row rates also
@@ -52,8 +55,9 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # bump when the probe measures differently: older caches are measured again (21: weights on 2 MiB pages; 22: INT4-AWQ
 # and W4A8 on the int4 x int8 kernel, W4A8 probed apart; 23: the few-row rates keep the activations' rounding; 24: attention
 # between reads, as in a step; 25: fp8's weights one stream per block of 4 rows, faster at every row count; 26: the
-# GEMV rates as ratios to a sum read paired with each, times the best sum read; 27: the last-level cache's size)
-VERSION = 27
+# GEMV rates as ratios to a sum read paired with each, times the best sum read; 27: the last-level cache's size;
+# 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state)
+VERSION = 28
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
 # int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
@@ -72,6 +76,17 @@ CACHED_MIB = 32  # the small working set the few-row rates are also probed on
 # put fp8's batch-1 step at 3.47 ms where it ran 2.22 in the same run.
 GEMV_PAIRS = 7
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
+# A few-row pass whose weights read at this share of a sum's rate (paired, as the GEMVs) or more was memory-bound:
+# in a faster memory state it runs faster. In a slow-state probe of the 2-core Zen 4 (2026-11-27) the weights read at
+# 1.07 / 0.99 / 1.01 / 0.66 of the sum at 2 / 4 / 8 / 16 rows in bf16, 0.81 / 0.73 / 0.61 / 0.31 in int4; the int4
+# kernel at 2 rows ran 211 GFLOP/s there and 329 in a step in the fast state, and the planner put that step +72 % off.
+MEMORY_BOUND_SHARE = 0.75
+# The few-row kernels with their weights in cache: one [n, DECODE_IN_FEATURES] matrix of this size (each thread's
+# half within a Zen 4 core's L2), called FEW_ROW_CACHED_CALLS times a timing. The cap on a memory-bound pass moved to
+# a faster state: bf16 at 8 rows read at 1.01 of a slow sum would claim ~450 GFLOP/s at a fast one, where it ran
+# 297-361 in cache and 286-290 in the fast state's steps (2026-11-27).
+FEW_ROW_CACHED_MIB = 1
+FEW_ROW_CACHED_CALLS = 16
 DECODE_IN_FEATURES = 1024
 DECODE_MATRIX_ROWS = 2048
 PREFILL_ROWS = 128  # a prompt chunk (ISL 128, the benchmarks' default)
@@ -143,29 +158,91 @@ def _kernel(name: str, out_features: int, in_features: int):
 
 
 def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, stream_bytes: float,
-                    repeats: int, without_call_cost: bool = False) -> dict[int, float]:
+                    repeats: int, as_in_step: bool = False, calls: int = 1,
+                    plain=None) -> tuple[dict[int, float], dict[int, float]]:
     """FLOP/s of kernel `name` at each of `rows_list` rows, over [out_features, in_features] matrices of about
-    `stream_bytes` in all, called one after another as a step calls its GEMMs (so they come from memory).
-    without_call_cost: each Python call's own cost (the same call on a 16-row matrix) taken out, for kernels a
-    decode step calls from C (decode_step.c): ~14 us a call, a quarter of a 2 MB int8 GEMM's time, had made the
-    2-row INT8-SQ rate 90 GFLOP/s where the step ran 155 (2026-11-24)."""
+    `stream_bytes` in all, called one after another as a step calls its GEMMs (so they come from memory; `calls`
+    times over, where they stay in cache); and with `plain` (stream_reader("sum", ...) over as many bytes), each
+    pass's weight read over a sum's read right after it, the median of GEMV_PAIRS pairs ({} without).
+    as_in_step: as a decode step runs them (_step_pass): in one OpenMP region where the step would be, else called
+    from Python with each call's own cost taken out."""
     import torch
 
     count = max(1, int(stream_bytes // (out_features * in_features * _WEIGHT_BYTES[name])))
     linears = [_kernel(name, out_features, in_features) for _ in range(count)]
     gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
-    tiny = _kernel(name, 16, in_features)[2] if without_call_cost else None
-    rates = {}
+    weight_bytes = calls * sum(nbytes for nbytes, _, _ in linears)
+    rates, shares = {}, {}
     for rows in rows_list:
         x = torch.randn(rows, in_features, dtype=linears[0][1])
-        seconds = _best_seconds(lambda: [fn(x) for _, _, fn in linears], repeats)
-        if tiny is not None:
-            # on one row: the call's own cost only. On `rows` rows it also took the activations' rounding (fp8 at 8
-            # rows: 22 us a call against 15 on one, 2026-11-26), which the kernel pays inside a step too.
-            one_row = x[:1]
-            per_call = _best_seconds(lambda: [tiny(one_row) for _ in range(count)], repeats) / count
-            seconds = max(seconds - count * per_call, seconds / 2)  # never more than half: a noisy small timing
-        rates[rows] = 2 * rows * out_features * in_features * count / seconds
+        one_pass = _pass_timer(name, linears, x, calls, repeats, as_in_step)
+        one_pass()  # first call: page faults, kernel selection
+        rates[rows] = 2 * rows * out_features * in_features * count * calls / min(one_pass() for _ in range(repeats))
+        if plain is not None:
+            shares[rows] = statistics.median(weight_bytes / one_pass() / plain() for _ in range(GEMV_PAIRS))
+    return rates, shares
+
+
+def _pass_timer(name: str, linears, x, calls: int, repeats: int, as_in_step: bool):
+    """fn() → seconds of one pass: `calls` rounds of `linears` one after another on x. as_in_step: as a decode step
+    runs them: in one OpenMP region, each thread its share and a barrier after each (decode_step.c's
+    team_linears_seconds) where the step runs its layers that way (called one by one from Python instead, int4 at 2
+    rows read its weights at 0.54-0.81 of a sum's rate where the step's GEMMs read them at 0.98-1.1, 2026-11-27);
+    elsewhere from Python less each call's own cost (the same call on one row of a 16-row matrix: ~14 us a call, a
+    quarter of a 2 MB int8 GEMM's time, had made the 2-row INT8-SQ rate 90 GFLOP/s where the step ran 155,
+    2026-11-24)."""
+    from toolkit.engine.runtime import native_kernels
+
+    native = native_kernels.load() if as_in_step else None
+    step_linears = [fn.native_linear() for _, _, fn in linears]
+    if native is not None and None not in step_linears and native.team_linears_seconds(step_linears, x) is not None:
+        return lambda: native.team_linears_seconds(step_linears, x, calls)
+    call_cost = 0.0
+    if as_in_step:
+        # on one row: the call's own cost only. On `rows` rows it also took the activations' rounding (fp8 at 8 rows:
+        # 22 us a call against 15 on one, 2026-11-26), which the kernel pays inside a step too.
+        tiny, one_row = _kernel(name, 16, x.shape[1])[2], x[:1]
+        call_cost = calls * len(linears) * _best_seconds(lambda: tiny(one_row), repeats)
+
+    def one_pass() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            for _, _, fn in linears:
+                fn(x)
+        seconds = time.perf_counter() - start
+        return max(seconds - call_cost, seconds / 2)  # never more than half: a noisy small timing
+
+    return one_pass
+
+
+def few_row_rates_at(probe: dict, read_bytes_s: float) -> dict[str, dict[str, float]]:
+    """The few-row kernels' FLOP/s, {kernel: {rows: rate}}, in the memory state where a sum over the probe's stream
+    reads `read_bytes_s`. A pass whose weights read at MEMORY_BOUND_SHARE of its paired sum or more was memory-bound:
+    in a faster state its share of that read, up to its rate in cache. One that read them slower was compute-bound:
+    no faster than streamed. In a slower state either is bound by the weights read at the GEMV's share of that read
+    (or the pass's own, where higher). And no row count faster than a larger one
+    (each weight read then serves more rows): a pass at the ridge moved to a faster state stops at the larger passes'
+    rate, below its rate in cache (int4 at 4 rows: 725 GFLOP/s in cache, 595 streamed in either state, 2026-11-27).
+    So one probe serves every state, where the raw rates mixed states (a pass minutes after the best read may have
+    run at half its speed)."""
+    rates = {}
+    for name, streamed in probe["decode_flops_streamed"].items():
+        by_rows = {}
+        for rows, observed in streamed.items():
+            flop_per_byte = 2 * int(rows) / _WEIGHT_BYTES[name]
+            share = probe["decode_over_read"][name][rows]
+            # in a slower state the weights read at least at the GEMV's share of the read (a pass at the ridge read
+            # below it in the state it was probed in)
+            reads = max(share, probe["gemv_over_read"][name]) * read_bytes_s * flop_per_byte
+            if share >= MEMORY_BOUND_SHARE:
+                cached = max(probe["decode_flops_in_cache"][name][rows], observed)
+                by_rows[rows] = min(cached, reads, max(observed, share * read_bytes_s * flop_per_byte))
+            else:
+                by_rows[rows] = min(observed, reads)
+        ceiling = float("inf")
+        for rows in sorted(by_rows, key=int, reverse=True):
+            by_rows[rows] = ceiling = min(by_rows[rows], ceiling)
+        rates[name] = {rows: by_rows[rows] for rows in streamed}
     return rates
 
 
@@ -255,23 +332,30 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     for name in KERNELS:
         figures[f"gemv_over_read_{name}"] = paired_read_ratio(name, stream_mib, plain[stream_mib])
         figures[f"cached_gemv_over_read_{name}"] = paired_read_ratio(name, CACHED_MIB, plain[CACHED_MIB])
-    del plain
     # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
     # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
     # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
     # 0.3-6 MB; one call streaming the whole 128 MiB ran 15-25 % more FLOP/s at 8 rows, 2026-11-24), on rows of
     # DECODE_IN_FEATURES: each output costs a reduction beside its dot product, so shorter rows run slower
     # (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small preset's 768, 2026-11-23).
+    # Each pass paired with a sum read (measure_cpu moves its rate to the best read's memory state: few_row_rates_at).
     for name in KERNELS:
-        rates = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20, repeats,
-                                without_call_cost=True)
+        rates, shares = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20,
+                                        repeats, as_in_step=True, plain=plain[stream_mib])
         figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
+        figures.update({f"decode_over_read_{name}_{rows}": share for rows, share in shares.items()})
         # ... and over a working set that a large last-level cache holds (memory-bound few-row kernels run up to 2x
         # faster there: INT8-SQ at 2 rows 207 GFLOP/s over 64 MiB, 100 over 128 MiB on a 260 MiB-L3 Xeon); the
         # planner mixes the two by where a step's bytes fall on the read curve.
-        rates = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, CACHED_MIB * 2**20, repeats,
-                                without_call_cost=True)
+        rates, _ = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, CACHED_MIB * 2**20,
+                                   repeats, as_in_step=True)
         figures.update({f"cached_decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
+        # ... and with the weights in cache: what a memory-bound pass can reach in a faster memory state
+        in_cache_rows = min(DECODE_MATRIX_ROWS, int(FEW_ROW_CACHED_MIB * 2**20 / DECODE_IN_FEATURES / _WEIGHT_BYTES[name]))
+        rates, _ = _streamed_rates(name, DECODE_ROWS, in_cache_rows, DECODE_IN_FEATURES, FEW_ROW_CACHED_MIB * 2**20,
+                                   repeats, as_in_step=True, calls=FEW_ROW_CACHED_CALLS)
+        figures.update({f"decode_flops_in_cache_{name}_{rows}": rate for rows, rate in rates.items()})
+    del plain
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
     # Summed again and again over working sets of READ_CURVE_MIB (as steps re-read their weights) and stream_mib.
@@ -320,7 +404,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # decode stream: enough to leave the caches). Its rate sets the planner's prefill floor; the in-cache
     # figure above ran 20-30 % faster than the model's prefill GEMMs (bf16 ~440 vs ~330 GFLOP/s, 2026-11-24).
     for name in KERNELS:
-        rates = _streamed_rates(name, (PREFILL_ROWS,), 2048, 2048, stream_mib * 2**20 // 2, repeats)
+        rates, _ = _streamed_rates(name, (PREFILL_ROWS,), 2048, 2048, stream_mib * 2**20 // 2, repeats)
         figures[f"prefill_flops_{name}"] = rates[PREFILL_ROWS]
     return figures
 
@@ -354,12 +438,20 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
     # rates: the best round's; ratios (a kernel's read over a sum's in the same moment): the rounds' mean
     best = {k: statistics.fmean(r[k] for r in runs) if "_over_read_" in k else max(r[k] for r in runs)
             for k in runs[0]}
+
+    def few_rows(prefix: str) -> dict:
+        return {name: {str(rows): best[f"{prefix}_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys
+                for name in KERNELS}
+
     spread = {k: (max(r[k] for r in runs) - min(r[k] for r in runs)) / max(r[k] for r in runs) for k in runs[0]}
     for name in KERNELS:  # each kernel's read rate in the memory state of the best sum read
         best[f"gemv_bytes_s_{name}"] = best[f"gemv_over_read_{name}"] * best["read_bytes_s_sum"]
         best[f"cached_gemv_bytes_s_{name}"] = best[f"cached_gemv_over_read_{name}"] * best[f"read_bytes_s_at_{CACHED_MIB}"]
     reads = {k: v for k, v in best.items() if k.startswith(("gemv_bytes_s_", "read_bytes_s_sum"))}
     roof = max(reads, key=reads.get)
+    paired = {"gemv_over_read": {name: best[f"gemv_over_read_{name}"] for name in KERNELS},
+              "decode_flops_streamed": few_rows("decode_flops"), "decode_over_read": few_rows("decode_over_read"),
+              "decode_flops_in_cache": few_rows("decode_flops_in_cache")}
     return {
         "version": VERSION,
         "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.split("_bytes_s_")[1],
@@ -369,16 +461,14 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "read_curve_bytes_s": {str(mib): best[f"read_bytes_s_at_{mib}"] for mib in READ_CURVE_MIB},  # JSON keys
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
         "prefill_flops": {name: best[f"prefill_flops_{name}"] for name in KERNELS},
-        "decode_flops": {name: {str(rows): best[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys
-                         for name in KERNELS},
+        # the few-row rates in the best sum read's memory state; the passes as measured beside them
+        "decode_flops": few_row_rates_at(paired, best["read_bytes_s_sum"]), **paired,
         "cached_mib": CACHED_MIB,
         "last_level_cache_bytes": last_level_cache_bytes(),
-        "cached_decode_flops": {name: {str(rows): best[f"cached_decode_flops_{name}_{rows}"] for rows in DECODE_ROWS}
-                                for name in KERNELS},
+        "cached_decode_flops": few_rows("cached_decode_flops"),
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
         "cached_gemv_bytes_s": {name: best[f"cached_gemv_bytes_s_{name}"] for name in KERNELS},
-        "gemv_over_read": {name: best[f"gemv_over_read_{name}"] for name in KERNELS},
         "cached_gemv_over_read": {name: best[f"cached_gemv_over_read_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
@@ -436,7 +526,8 @@ def cpu_probe(refresh: bool = False) -> dict:
 def probe_at_read(probe: dict, sum_read_bytes_s: float) -> dict:
     """The probe as if its memory had read `sum_read_bytes_s` (a sum over its stream, as read_bytes_s_sum): every
     read rate scaled by that over the probe's own sum read (the read curve, and with it the cache-sized working
-    set's rates), each kernel's batch-1 rate its paired ratio times that read, the compute rates unchanged. For
+    set's rates), each kernel's batch-1 rate its paired ratio times that read, the few-row rates as few_row_rates_at
+    puts them at that read, the compute rates unchanged. For
     comparing the planner with steps timed in another memory state than the probe's, on a machine whose memory speed
     moves (perf/engine_bench.py pairs each slice of steps with a read)."""
     scale = sum_read_bytes_s / probe["read_bytes_s_sum"]
@@ -445,7 +536,8 @@ def probe_at_read(probe: dict, sum_read_bytes_s: float) -> dict:
     cached_read = curve.get(str(probe.get("cached_mib", CACHED_MIB)), sum_read_bytes_s)
     return {**probe, "read_bytes_s_sum": sum_read_bytes_s, "read_curve_bytes_s": curve, "gemv_bytes_s": gemv,
             "cached_gemv_bytes_s": {name: ratio * cached_read for name, ratio in probe["cached_gemv_over_read"].items()},
-            "bandwidth_bytes_s": max(sum_read_bytes_s, *gemv.values())}
+            "bandwidth_bytes_s": max(sum_read_bytes_s, *gemv.values()),
+            **({"decode_flops": few_row_rates_at(probe, sum_read_bytes_s)} if "decode_over_read" in probe else {})}
 
 
 def spec_from_probe(probe: dict, step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> HardwareSpec:

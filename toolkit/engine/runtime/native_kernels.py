@@ -152,9 +152,11 @@ class DecodeModel:
     def _ptr(tensor) -> int | None:
         return None if tensor is None else tensor.data_ptr()
 
-    def _linear(self, lin: NativeLinear, smooth) -> _LinearDesc:
+    @staticmethod
+    def _linear(lin: NativeLinear, smooth) -> _LinearDesc:
+        ptr = DecodeModel._ptr
         return _LinearDesc(lin.kind, lin.n, lin.k, lin.group, ACT_QUANT[lin.act_quant], lin.input_scale,
-                           lin.weight.data_ptr(), self._ptr(lin.scale), self._ptr(lin.weight_sums), self._ptr(smooth))
+                           lin.weight.data_ptr(), ptr(lin.scale), ptr(lin.weight_sums), ptr(smooth))
 
     def _layer(self, layer: NativeLayer) -> _LayerDesc:
         return _LayerDesc(self._linear(layer.qkv, None), self._linear(layer.o, layer.o_smooth),
@@ -203,6 +205,9 @@ class NativeKernels:
         library.decode_step.restype = c.c_int
         library.decode_in_one_region.argtypes = [c.POINTER(_ModelDesc)]
         library.decode_in_one_region.restype = c.c_int
+        library.team_linears_seconds.argtypes = [c.POINTER(_LinearDesc), c.c_int, c.c_void_p, c.c_int64, c.c_void_p,
+                                                 c.c_int, c.c_int]
+        library.team_linears_seconds.restype = c.c_double
         library.gemm_int8_vnni_available.restype = c.c_int
         library.round_activations.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int, c.c_float, c.c_void_p]
         library.widen_int8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
@@ -306,6 +311,20 @@ class NativeKernels:
         decode_layers_team: every linear on the int4 x int8, INT8-SQ's VNNI, fp8 or bf16 kernel, two threads or
         more), rather than a team per GEMM and attention call with the work between them on one thread."""
         return bool(self._lib.decode_in_one_region(ctypes.byref(model.desc)))
+
+    def team_linears_seconds(self, linears: list[NativeLinear], x, calls: int = 1, out=None) -> float | None:
+        """Benchmarks only (the planner's probe): seconds for `calls` rounds of `linears` one after another on x
+        [rows, k] (bf16; every linear's k the same), as the one-region decode step runs its GEMMs (csrc/decode_step.c's
+        team_linears_seconds); None where that step would not run them (another kernel or activation, one thread).
+        out [rows, the widest n], where given, receives each linear's output in turn (the last one's stays)."""
+        import torch
+
+        descs = (_LinearDesc * len(linears))(*[DecodeModel._linear(lin, None) for lin in linears])
+        y = out if out is not None else torch.empty(x.shape[0], max(lin.n for lin in linears), dtype=x.dtype)
+        x = x.contiguous()
+        seconds = self._lib.team_linears_seconds(descs, len(linears), x.data_ptr(), x.shape[0], y.data_ptr(),
+                                                 ACTIVATION_KINDS[str(x.dtype)], calls)
+        return None if seconds < 0 else seconds
 
     def decode_step(self, model: DecodeModel, token_ids, positions, slots, block_tables, max_blocks: int, context_lens,
                     logits_rows):

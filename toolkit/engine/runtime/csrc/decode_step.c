@@ -383,6 +383,45 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
     return 0;
 }
 
+/* Benchmarks only (toolkit/plan/cpu_probe.py): seconds for `calls` rounds of `count` linears one after another on
+ * x [M, k] (every linear's k the same) into y [M, widest n], as decode_layers_team runs a step's GEMMs: one OpenMP
+ * region, each thread its share of each linear (team_linear) on its own copy of x, a barrier after each. Why: the
+ * same kernels called one by one from Python (a team per call, its Python cost taken out) read int4's weights at 2
+ * rows at 0.54-0.81 of a sum's rate, where the step's GEMMs read them at 0.98-1.1 of it (2026-11-27). -1 where a linear
+ * is not on a kernel with a per-thread share, the activations are not bf16, there is one thread, or no memory. */
+double team_linears_seconds(const linear_t *ls, int count, const void *x, int64_t M, void *y, int act, int calls) {
+    if (act != BF16 || omp_get_max_threads() < 2 || count < 1) return -1.0;
+    for (int j = 0; j < count; j++) {
+        const int kind = ls[j].kind;
+        if (!decode_kind_supported(kind) || ls[j].k != ls[0].k ||
+            (kind != LIN_INT4_A8 && kind != LIN_INT8_VNNI && kind != LIN_FP8 && kind != LIN_BF16) ||
+            (kind == LIN_INT4_A8 && ls[j].act_quant != ACT_NONE && ls[j].act_quant != ACT_FP8))
+            return -1.0;
+    }
+    const int64_t K = ls[0].k, es = act_bytes(act), threads = omp_get_max_threads();
+    const int64_t x_bytes = (M * K * es + 63) / 64 * 64;
+    const int64_t own_bytes = x_bytes + (M * (K + 64) * 2 + M * (K / 128 + 1) * 8 + 63) / 64 * 64;
+    char *own = aligned_alloc(64, threads * own_bytes);
+    if (own == NULL) return -1.0;
+    init_fp8();
+    const double start = now_seconds();
+    #pragma omp parallel num_threads(threads)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        char *xp = own + t * own_bytes, *scratch = xp + x_bytes;
+        for (int c = 0; c < calls; c++) {
+            for (int j = 0; j < count; j++) {
+                memcpy(xp, x, M * K * es);  /* as a step's threads take a fresh input per GEMM */
+                team_linear(&ls[j], xp, M, y, act, t, T, scratch, 0);
+                #pragma omp barrier
+            }
+        }
+    }
+    const double seconds = now_seconds() - start;
+    free(own);
+    return seconds;
+}
+
 /* 1 where decode_layers runs `m` in one OpenMP region (decode_layers_team), else 0. */
 int decode_in_one_region(const model_t *m) {
     return team_supported(m);
