@@ -41,7 +41,9 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   moved to the memory state of the read after that slice (cpu_probe.probe_at_read: every read rate scaled alike,
   each kernel's batch-1 rate its probed ratio to a sum read), its median error per state: the probe and the
   columns can fall in different states (the bf16 column 1.53x the planner in one run, 15:44, the probe fast and
-  the steps slow), where no planner with one bandwidth can be within 20 % of both.
+  the steps slow), where no planner with one bandwidth can be within 20 % of both. And at every batch (since
+  2026-11-27 evening): one read after each batch's run, the planner moved to the state of the read after that
+  batch's best run, its error beside the plain one (the GB/s read in brackets).
 - in the step: one more decode run per batch with the C decode step timing each part of its steps in place
   (native_kernels.STEP_PARTS): the GEMMs' rate there beside the rate the planner charges them (the probe's, which
   times each kernel on its own), and attention's ms per step.
@@ -116,7 +118,7 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
         rates.append(read_once())
         ratios.append(_over_floor(steps[-1], step_bytes, rates[-1]))
         if plan_at is not None:
-            errors.append(plan_at(rates[-1]) / steps[-1] - 1)
+            errors.append(plan_at(rates[-1], 1) / steps[-1] - 1)
 
     def summary(picked: list[int]) -> dict:
         out = {"step_ms": statistics.median(steps[i] for i in picked) * 1e3,
@@ -245,7 +247,9 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
     start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
-    (_paired_floor), with plan_at the planner's error paired too."""
+    (_paired_floor), with plan_at (fn(read, batch) -> the planner's step in seconds in that memory state) the planner's
+    error paired too; and taken after each batch's run, so that the planner is also set against each batch's best run
+    in the memory state that run saw (result["planner_at_read_ms"])."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
@@ -272,12 +276,15 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     # This VM's speed drifts by up to 1.5x over minutes: best of `repeats`, the batches taken in turn within
     # each repeat so that every batch samples the whole run (not batch 1 in a fast minute, 16 in a slow one).
     medians: dict[int, list[float]] = {batch: [] for batch in batches}
+    reads_after: dict[int, list[float]] = {batch: [] for batch in batches}
     result["read_rates"] = []
     # What a batch-1 step reads: the weights and the KV cache at the decode's mean context.
     result["step_bytes"] = runner.weight_bytes + (isl + osl / 2) * runner.kv_bytes_per_token
     for _ in range(repeats):
         for batch in batches:
             medians[batch].append(_median_step(runner, batch, isl, osl))
+            if read_once is not None:
+                reads_after[batch].append(read_once())
             if batch == 1 and read_rate is not None:
                 result["read_rates"].append(read_rate(result["step_bytes"]))
         # TTFT too over the format's minutes, as ITL, not only its first second: three prefills back to back had
@@ -285,6 +292,12 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
         time_prefill()
     result["ttft_ms"] = min(ttft) * 1e3
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
+    if read_once is not None and plan_at is not None:
+        # The memory's speed right after each batch's best run, and the planner in that state: a step that is
+        # memory-bound runs 1.6x faster in this VM's fast state than in its slow one, and the probe caught one of them
+        best = {batch: reads_after[batch][m.index(min(m))] for batch, m in medians.items()}
+        result["itl_read_bytes_s"] = best
+        result["planner_at_read_ms"] = {batch: plan_at(read, batch) * 1e3 for batch, read in best.items()}
     result["in_step"] = _in_step_parts(runner, batches, isl, osl)
     if read_once is not None:
         result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"], plan_at=plan_at)
@@ -598,8 +611,8 @@ def main() -> None:
             continue
         context = args.isl + args.osl / 2
 
-        def plan_at(read: float, qformat=qformat) -> float:  # the planner's batch-1 step in the memory state read
-            return cpu_decode_step_seconds(spec, qformat, 1, context, probe=probe_at_read(probe, read * as_sum))
+        def plan_at(read: float, batch: int, qformat=qformat) -> float:  # the planner's step in the memory state read
+            return cpu_decode_step_seconds(spec, qformat, batch, context, probe=probe_at_read(probe, read * as_sum))
 
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
                          read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once,
@@ -686,13 +699,16 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor"
             + " | B=1 / floor, paired per memory state (step ms at GB/s, planner error in that state) | B=1 / re-read floor (GB/s) | "
             + " | ".join(f"B={b} / roofline" for b in batches)
-            + " | planner B=1 ms (error at each B) | in the step: GEMM GFLOP/s (probe's), attention ms | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
+            + " | planner B=1 ms (error at each B; in each B's own memory state: GB/s read after it) | in the step: GEMM GFLOP/s (probe's), attention ms | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for q, r in rows.items():
         itl, roof = r["itl_ms"], r["roofline_ms"]
         planner = r["planner_ms"][batches[0]]
         errors = " / ".join(f"{(r['planner_ms'][b] / itl[b] - 1) * 100:+.0f}" for b in batches)
+        if "planner_at_read_ms" in r:
+            errors += "; " + " / ".join(f"{(r['planner_at_read_ms'][b] / itl[b] - 1) * 100:+.0f} ({r['itl_read_bytes_s'][b] / 1e9:.0f})"
+                                        for b in batches)
         peer = [f"{k} {peers[k]['itl_ms']:.2f} (x{itl[batches[0]] / peers[k]['itl_ms']:.2f})"
                 for k in PEER_FOR[q] if k in peers]
         batched = [f"{k} {_tok_s_ratios(peers[k]['batched'], itl)}" for k in PEER_FOR[q] if k in peers and peers[k].get("batched")]
