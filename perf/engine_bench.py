@@ -59,6 +59,7 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   step there, its ratio to its floor at the read after its round (since 2026-11-27 noon): the formats take turns
   within each round, so a slow-compute minute weighs on all of them, where the paired floor above runs one format's
   slices in a row.
+- against the targets: engine_targets.py's verdicts on this run's figures, after the table.
 """
 
 from __future__ import annotations
@@ -75,11 +76,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from engine_targets import OV_FOR, PEER_FOR, verdicts  # noqa: E402  (perf/ is not a package)
 from toolkit.engine.runtime.step_timing import device_sync, median_decode_step, synthetic_steps  # noqa: E402
 PEERS = ROOT / "perf" / ".peers"
 FORMATS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq")
-PEER_FOR = {"none": ("bf16", "f16"), "fp8": ("q8_0",), "int8_sq": ("q8_0",), "int4_awq": ("q4_0",),
-            "w4a8_awq": ("q4_0",)}
 BLOCK = 32
 
 
@@ -283,8 +283,8 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     for _ in range(repeats):
         for batch in batches:
             medians[batch].append(_median_step(runner, batch, isl, osl))
-            if read_once is not None:
-                reads_after[batch].append(read_once())
+            if read_once is not None:  # three reads, the median: one read alone once ran 17 GB/s in a 33-55 minute
+                reads_after[batch].append(statistics.median(read_once() for _ in range(3)))
             if batch == 1 and read_rate is not None:
                 result["read_rates"].append(read_rate(result["step_bytes"]))
         # TTFT too over the format's minutes, as ITL, not only its first second: three prefills back to back had
@@ -491,8 +491,7 @@ def bench_llamacpp_batched(model_dir: Path, kind: str, isl: int, osl: int, threa
 OPENVINO = PEERS / "openvino"
 # OpenVINO GenAI at the same bits, the checkpoint exported by optimum-intel (weights compressed by NNCF,
 # symmetric; int4 in groups of 128 on every linear, as our INT4-AWQ). "bf16": fp16 weights in the IR, run in
-# bf16 (INFERENCE_PRECISION_HINT; OpenVINO's default on a CPU with AVX512-BF16 anyway).
-OV_FOR = {"none": "bf16", "fp8": "int8", "int8_sq": "int8", "int4_awq": "int4", "w4a8_awq": "int4"}
+# bf16 (INFERENCE_PRECISION_HINT; OpenVINO's default on a CPU with AVX512-BF16 anyway). OV_FOR: engine_targets.py.
 _OV_EXPORT = {"bf16": ["--weight-format", "fp16"], "int8": ["--weight-format", "int8", "--sym"],
               "int4": ["--weight-format", "int4", "--sym", "--group-size", "128", "--ratio", "1.0"]}
 
@@ -582,7 +581,8 @@ def main() -> None:
     from toolkit.engine.runtime.model_runner import default_threads
     from toolkit.model.spec import load_model_spec
     from toolkit.plan.cpu_probe import measure_cpu, probe_at_read, spec_from_probe, stream_reader
-    from toolkit.plan.roofline import cpu_decode_step_seconds, cpu_prefill_seconds, weights_for
+    from toolkit.plan.roofline import (cpu_crossover_batch, cpu_decode_step, cpu_decode_step_seconds,
+                                       cpu_prefill_seconds, weights_for)
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)
@@ -635,6 +635,9 @@ def main() -> None:
                                                         sequence_overhead_s=per_sequence) * 1e3 for b in batches}
         # ... and with its default (per-layer) step cost, as `toolkit plan` predicts without this benchmark
         r["planner_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe) * 1e3 for b in batches}
+        # what bounds its step at each batch, and the batch where the step turns compute-bound (engine_targets)
+        r["planner_bound"] = {b: cpu_decode_step(spec, qformat, b, context, probe=probe).bound for b in batches}
+        r["crossover_batch"] = cpu_crossover_batch(spec, qformat, context, probe=probe)
         r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=step_cost,
                                                     sequence_overhead_s=per_sequence) * 1e3
         # The rate the planner charges the step's GEMMs at each batch, beside the rate they ran at in the step
@@ -688,10 +691,11 @@ def main() -> None:
     print(markdown_table(rows, peers, openvino, batches))
     if paired_formats:
         print(f"\nBatch-1 step over bf16's, paired round by round: {_paired_formats_line(paired_formats)}")
+    report = {"probe": probe, "rows": rows, "peers": peers, "openvino": openvino, "paired_formats": paired_formats}
+    print("\nAgainst the targets (perf/engine_targets.py):")
+    print("\n".join(v.line() for v in verdicts(json.loads(json.dumps(report, default=str)))))
     if args.json:
-        args.json.write_text(json.dumps({"probe": probe, "rows": rows, "peers": peers, "openvino": openvino,
-                                         "paired_formats": paired_formats},
-                                        indent=2, default=str))
+        args.json.write_text(json.dumps(report, indent=2, default=str))
 
 
 def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:

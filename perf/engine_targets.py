@@ -1,0 +1,206 @@
+"""The embedded engine's targets (issue 16), judged on one engine_bench run: each target with its figures and
+whether this run meets it, so that a run says for itself where it stands.
+
+    .venv/bin/python perf/engine_targets.py perf/engine_bench-2026-11-27-z.json
+
+engine_bench.py prints the same after its table. Pure: reads the run's JSON (older runs lack some figures: those
+targets say "not measured"). The memory of the VM these runs come from flips between two speeds within seconds, so
+the figures that pair a step with a read taken right after it (paired floors, paired-formats rounds, the planner in
+each column's own state) are the ones the verdicts prefer where a run has them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+WITHIN = 1.3  # floor, roofline, TTFT: within 1.3x
+PLANNER_ERROR = 0.20  # the planner within +-20 % of the measured ITL
+INT4_OVER_BF16, EIGHT_BIT_OVER_BF16 = 0.4, 0.6
+FLAT_UP_TO = 8  # the 16-bit format's ITL flat up to this many streams (unless compute-bound there)
+INT4, EIGHT_BIT = ("int4_awq", "w4a8_awq"), ("fp8", "int8_sq")
+# The peers' formats with the same bits as each of ours (llama.cpp; OpenVINO GenAI's weight formats)
+PEER_FOR = {"none": ("bf16", "f16"), "fp8": ("q8_0",), "int8_sq": ("q8_0",), "int4_awq": ("q4_0",),
+            "w4a8_awq": ("q4_0",)}
+OV_FOR = {"none": "bf16", "fp8": "int8", "int8_sq": "int8", "int4_awq": "int4", "w4a8_awq": "int4"}
+PEER_BATCH = 8  # llama-server's parallel slots the issue compares with
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: str
+    met: bool | None  # None: this run has no figure for it
+    figures: str
+
+    def line(self) -> str:
+        mark = {True: "met", False: "MISSED", None: "not measured"}[self.met]
+        return f"- {self.target}: {mark}. {self.figures}"
+
+
+def _by_batch(figures: dict) -> dict[int, float]:
+    return {int(b): v for b, v in figures.items()}  # JSON keys are strings
+
+
+def verdicts(report: dict) -> list[Verdict]:
+    rows = report.get("rows", {})
+    return [_floor(rows, report.get("paired_formats") or {}), _roofline(rows), _planner(rows), _flat(rows),
+            _growing(rows), _against_bf16(report.get("paired_formats") or {}),
+            _peers(rows, report.get("peers") or {}, report.get("openvino") or {}), _ttft(rows), _start_up(rows)]
+
+
+def _floor(rows: dict, paired_formats: dict) -> Verdict:
+    """Batch-1 step over its weight-read floor: each format's own paired slices per memory state, and the
+    paired-formats rounds per state (formats in turn, so one slow-compute minute weighs on all of them alike)."""
+    target = f"batch-1 step within {WITHIN}x its weight-read floor, every format, every memory state"
+    own = {q: {state: p["ratio"] for state, p in (r["paired"].get("states") or {"all": r["paired"]}).items()}
+           for q, r in rows.items() if "paired" in r}
+    rounds = {state: {q: p["floor"] for q, p in figures.items() if isinstance(p, dict) and "floor" in p}
+              for state, figures in paired_formats.items() if state != "all" or len(paired_formats) == 1}
+    if not own and not rounds:
+        return Verdict(target, None, "no paired figures in this run")
+    ratios = [v for states in own.values() for v in states.values()] + [v for s in rounds.values() for v in s.values()]
+    figures = ("own slices: " + "; ".join(f"{q} " + " / ".join(f"{s} {v:.2f}" for s, v in states.items())
+                                          for q, states in own.items()))
+    if rounds:
+        figures += "; paired-formats rounds: " + "; ".join(
+            f"{state} " + ", ".join(f"{q} {v:.2f}" for q, v in by_format.items()) for state, by_format in rounds.items())
+    return Verdict(target, max(ratios) <= WITHIN, figures)
+
+
+def _roofline(rows: dict) -> Verdict:
+    cells = {(q, b): itl / _by_batch(r["roofline_ms"])[b] for q, r in rows.items()
+             for b, itl in _by_batch(r["itl_ms"]).items()}
+    if not cells:
+        return Verdict(f"every step within {WITHIN}x its roofline", None, "no steps")
+    over = [f"{q} at {b} {v:.2f}" for (q, b), v in cells.items() if v > WITHIN]
+    return Verdict(f"every step within {WITHIN}x its roofline", not over,
+                   f"{len(cells) - len(over)} of {len(cells)} cells, {min(cells.values()):.2f}-{max(cells.values()):.2f}"
+                   + (f"; over: {', '.join(over)}" if over else ""))
+
+
+def _planner(rows: dict) -> Verdict:
+    """The planner (its default costs, as `toolkit plan` predicts) against each measured ITL; and, where the run has
+    it, with its probe moved to the memory state read right after each column's best run."""
+    target = f"the planner within +-{PLANNER_ERROR:.0%} of the measured ITL at every batch"
+
+    def errors(key: str) -> dict:
+        return {(q, b): _by_batch(r[key])[b] / itl - 1 for q, r in rows.items() if key in r
+                for b, itl in _by_batch(r["itl_ms"]).items()}
+
+    def summary(cells: dict, label: str) -> str:
+        off = [f"{q} at {b} {e:+.0%}" for (q, b), e in cells.items() if abs(e) > PLANNER_ERROR]
+        return (f"{label} {len(cells) - len(off)} of {len(cells)} cells" + (f" (off: {', '.join(off)})" if off else ""))
+
+    plain, own_state = errors("planner_ms"), errors("planner_at_read_ms")
+    if not plain:
+        return Verdict(target, None, "no planner figures")
+    cells = own_state or plain  # the like-for-like comparison where the run has it
+    met = all(abs(e) <= PLANNER_ERROR for e in cells.values())
+    figures = summary(plain, "as probed:")
+    if own_state:
+        figures += "; " + summary(own_state, "in each column's own memory state:")
+    return Verdict(target, met, figures)
+
+
+def _flat(rows: dict) -> Verdict:
+    target = f"bf16 ITL at {FLAT_UP_TO} streams within {WITHIN}x its batch-1 ITL, unless the planner puts it compute-bound there"
+    r = rows.get("none")
+    if not r or FLAT_UP_TO not in _by_batch(r["itl_ms"]) or 1 not in _by_batch(r["itl_ms"]):
+        return Verdict(target, None, "bf16 at 1 and 8 not both measured")
+    itl = _by_batch(r["itl_ms"])
+    growth = itl[FLAT_UP_TO] / itl[1]
+    bound = _by_batch(r.get("planner_bound", {})).get(FLAT_UP_TO)
+    if growth <= WITHIN:
+        return Verdict(target, True, f"x{growth:.3f} from 1 to {FLAT_UP_TO} streams")
+    if bound is None:
+        return Verdict(target, None, f"x{growth:.3f} from 1 to {FLAT_UP_TO} streams; the planner's bound not recorded")
+    return Verdict(target, bound == "compute", f"x{growth:.3f} from 1 to {FLAT_UP_TO} streams, the planner's step "
+                                               f"{bound}-bound there")
+
+
+def _growing(rows: dict) -> Verdict:
+    """Output tokens/s rising from each batch to the next, up to the planner's crossover batch (past it a step grows
+    as fast as its batch: tokens/s may level off)."""
+    target = "output tokens/s growing with streams up to the planner's crossover"
+    if not rows:
+        return Verdict(target, None, "no steps")
+    flat, figures = [], []
+    for q, r in rows.items():
+        itl = _by_batch(r["itl_ms"])
+        crossover = r.get("crossover_batch")
+        upto = math.ceil(crossover) if crossover else max(itl)
+        tok_s = {b: b / ms * 1e3 for b, ms in sorted(itl.items())}
+        batches = [b for b in tok_s if b <= max(upto, min(tok_s))]
+        flat += [f"{q} {a}->{b}" for a, b in pairwise(batches) if tok_s[b] <= tok_s[a]]
+        figures.append(f"{q} " + " / ".join(f"{tok_s[b]:.0f}" for b in tok_s)
+                       + (f" (crossover {crossover:.1f})" if crossover else ""))
+    return Verdict(target, not flat, "; ".join(figures) + (f"; not growing: {', '.join(flat)}" if flat else ""))
+
+
+def _against_bf16(paired_formats: dict) -> Verdict:
+    target = (f"quantized batch-1 ITL over bf16's, paired: INT4 <= {INT4_OVER_BF16}x, 8-bit <= {EIGHT_BIT_OVER_BF16}x, "
+              "in every memory state")
+    states = {s: f for s, f in paired_formats.items() if s != "all" or len(paired_formats) == 1}
+    if not states:
+        return Verdict(target, None, "no paired-formats rounds (run with bf16 and another format)")
+    ok, figures = True, []
+    for state, by_format in states.items():
+        cells = []
+        for q, limit in [*((q, INT4_OVER_BF16) for q in INT4), *((q, EIGHT_BIT_OVER_BF16) for q in EIGHT_BIT)]:
+            if q in by_format:
+                ok &= by_format[q]["ratio"] <= limit
+                cells.append(f"{q} {by_format[q]['ratio']:.2f}")
+        figures.append(f"{state}: {', '.join(cells)}")
+    return Verdict(target, ok, "; ".join(figures))
+
+
+def _peers(rows: dict, peers: dict, openvino: dict) -> Verdict:
+    target = (f"batch-1 ITL no slower than llama.cpp at the same bits and {PEER_BATCH}-stream tokens/s no lower than "
+              f"its {PEER_BATCH} parallel sequences (OpenVINO GenAI beside)")
+    if not peers:
+        return Verdict(target, None, "peers not set up (bash perf/setup_peers.sh)")
+    ok, figures = True, []
+    for q, r in rows.items():
+        itl = _by_batch(r["itl_ms"])
+        for kind in (k for k in PEER_FOR.get(q, ()) if k in peers):
+            p = peers[kind]
+            ok &= itl[min(itl)] <= p["itl_ms"]
+            cell = f"{q} vs {kind}: x{itl[min(itl)] / p['itl_ms']:.2f} ITL"
+            batched = _by_batch(p.get("batched") or {}).get(PEER_BATCH)
+            if batched and PEER_BATCH in itl:
+                ours = PEER_BATCH / itl[PEER_BATCH] * 1e3
+                ok &= ours >= batched["tok_s"]
+                cell += f", x{ours / batched['tok_s']:.2f} tok/s at {PEER_BATCH}"
+            figures.append(cell)
+        ov = openvino.get(OV_FOR.get(q, ""))
+        if ov:
+            figures.append(f"{q} vs OpenVINO {OV_FOR[q]}: x{itl[min(itl)] / ov['itl_ms']:.2f} ITL")
+    return Verdict(target, ok, "; ".join(figures))
+
+
+def _ttft(rows: dict) -> Verdict:
+    target = f"TTFT within {WITHIN}x the planner's prefill floor"
+    cells = {q: r["ttft_ms"] / r["prefill_floor_ms"] for q, r in rows.items() if r.get("prefill_floor_ms")}
+    if not cells:
+        return Verdict(target, None, "no prefill floors")
+    return Verdict(target, max(cells.values()) <= WITHIN, ", ".join(f"{q} x{v:.2f}" for q, v in cells.items()))
+
+
+def _start_up(rows: dict) -> Verdict:
+    return Verdict("start-up stated", bool(rows) or None,
+                   ", ".join(f"{q} load {r['load_s']:.1f} s + warm-up {r['warm_up_s']:.1f} s" for q, r in rows.items()))
+
+
+def main() -> None:
+    for path in sys.argv[1:] or sys.exit(__doc__.split("\n\n")[1]):
+        print(f"{path}:")
+        for verdict in verdicts(json.loads(Path(path).read_text())):
+            print(verdict.line())
+
+
+if __name__ == "__main__":
+    main()
