@@ -118,7 +118,7 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
         rates.append(read_once())
         ratios.append(_over_floor(steps[-1], step_bytes, rates[-1]))
         if plan_at is not None:
-            errors.append(plan_at(rates[-1], 1) / steps[-1] - 1)
+            errors.append(plan_at(rates[-1], 1).seconds / steps[-1] - 1)
 
     def summary(picked: list[int]) -> dict:
         out = {"step_ms": statistics.median(steps[i] for i in picked) * 1e3,
@@ -247,7 +247,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
     start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
-    (_paired_floor), with plan_at (fn(read, batch) -> the planner's step in seconds in that memory state) the planner's
+    (_paired_floor), with plan_at (fn(read, batch) -> the planner's DecodeStep in that memory state) the planner's
     error paired too; and taken after each batch's run, so that the planner is also set against each batch's best run
     in the memory state that run saw (result["planner_at_read_ms"])."""
     from toolkit.engine.runtime.model_runner import ModelRunner
@@ -297,7 +297,9 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
         # memory-bound runs 1.6x faster in this VM's fast state than in its slow one, and the probe caught one of them
         best = {batch: reads_after[batch][m.index(min(m))] for batch, m in medians.items()}
         result["itl_read_bytes_s"] = best
-        result["planner_at_read_ms"] = {batch: plan_at(read, batch) * 1e3 for batch, read in best.items()}
+        steps = {batch: plan_at(read, batch) for batch, read in best.items()}
+        result["planner_at_read_ms"] = {batch: step.seconds * 1e3 for batch, step in steps.items()}
+        result["planner_bound_at_read"] = {batch: step.bound for batch, step in steps.items()}
     result["in_step"] = _in_step_parts(runner, batches, isl, osl)
     if read_once is not None:
         result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"], plan_at=plan_at)
@@ -611,8 +613,8 @@ def main() -> None:
             continue
         context = args.isl + args.osl / 2
 
-        def plan_at(read: float, batch: int, qformat=qformat) -> float:  # the planner's step in the memory state read
-            return cpu_decode_step_seconds(spec, qformat, batch, context, probe=probe_at_read(probe, read * as_sum))
+        def plan_at(read: float, batch: int, qformat=qformat):  # the planner's step in the memory state read
+            return cpu_decode_step(spec, qformat, batch, context, probe=probe_at_read(probe, read * as_sum))
 
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
                          read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once,

@@ -64,6 +64,26 @@ def test_the_planner_is_judged_in_each_columns_own_memory_state_where_the_run_ha
     assert "as probed: 3 of 4 cells" in planner.figures and "own memory state: 4 of 4 cells" in planner.figures
 
 
+def test_flat_to_8_streams_takes_the_bound_in_the_memory_state_the_column_ran_in():
+    """The probe ran slow (bf16 memory-bound at 8 there), the column fast (compute-bound at 8 there)."""
+    report = _report()
+    report["rows"]["none"]["planner_bound"]["8"] = "memory"
+    flat = next(v for v in verdicts(report) if v.target.startswith("bf16 ITL"))
+    assert flat.met is False and "memory-bound" in flat.figures
+    report["rows"]["none"]["planner_bound_at_read"] = {"1": "memory", "8": "compute"}
+    flat = next(v for v in verdicts(report) if v.target.startswith("bf16 ITL"))
+    assert flat.met is True and "compute-bound" in flat.figures
+
+
+def test_flat_to_8_streams_is_judged_at_the_same_memory_speed_where_the_reads_differ():
+    """Batch 1's best run in a 50 GB/s minute, batch 8's in a 30 GB/s one: x1.6 as measured, x0.96 at one speed."""
+    report = _report()
+    report["rows"]["none"]["planner_bound"]["8"] = "memory"
+    report["rows"]["none"]["itl_read_bytes_s"] = {"1": 50e9, "8": 30e9}
+    flat = next(v for v in verdicts(report) if v.target.startswith("bf16 ITL"))
+    assert flat.met is True and "x1.600 from 1 to 8 streams, x0.960 at the same memory speed" in flat.figures
+
+
 def test_missing_figures_are_not_judged():
     report = _report()
     del report["peers"], report["rows"]["none"]["planner_bound"]
