@@ -259,6 +259,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     sync = device_sync(runner)
     load_s = time.perf_counter() - start
     runner.warm_up(max(batches), isl)
+    stolen_from = cpu_jiffies()
     result = {"weight_format": runner.weight_format, "weight_bytes": runner.weight_bytes, "load_s": load_s,
               "warm_up_s": runner.warm_up_seconds, "step_kernels": runner.step_kernels, "kv_bytes_per_token": runner.kv_bytes_per_token, "itl_ms": {}}
     prefill, _, _ = _steps(1, isl)
@@ -309,6 +310,9 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     result["step_cost_ms"] = costs[1] * 1e3
     result["sequence_cost_ms"] = (max(0.0, (costs[max(batches)] - costs[1]) / (max(batches) - 1)) * 1e3
                                   if max(batches) > 1 else 0.0)
+    stolen_to = cpu_jiffies()
+    if stolen_from and stolen_to and stolen_to[1] > stolen_from[1]:
+        result["steal_pct"] = 100 * (stolen_to[0] - stolen_from[0]) / (stolen_to[1] - stolen_from[1])
     del runner
     return result
 
@@ -341,6 +345,18 @@ def _in_step_parts(runner, batches: list[int], isl: int, osl: int) -> dict[int, 
             continue
         parts[batch] = {**per_step, "gemm_ms": gemm_ms, "gemm_gflops": flops_per_row * batch / gemm_ms / 1e6}
     return parts
+
+
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(steal, all) CPU time so far from Linux's /proc/stat, in jiffies: the share a hypervisor gave this VM's vCPUs
+    to others while they had work (None where there is no such file). A format's minutes with steal ran on less than
+    the machine this benchmark measures, so its figures say so."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7], sum(fields[:8])) if len(fields) >= 8 else None
 
 
 def _read_rate_now(probe: dict, step_bytes: float) -> tuple[float, float]:
@@ -656,6 +672,7 @@ def main() -> None:
               + f"{r['reread_bandwidth'] / 1e9:.1f}: x{itl[batches[0]] / r['reread_floor_ms']:.2f}"
               + (f"; paired, x (step ms at GB/s): {_paired_cell(r['paired'])}" if "paired" in r else "")
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence"
+              + (f"; CPU stolen by the hypervisor {r['steal_pct']:.1f} %" if "steal_pct" in r else "")
               + (f"; in the step, GEMM GFLOP/s (probe's) and attention ms: {_in_step_cell(r)}" if r["in_step"] else ""),
               flush=True)
     paired_formats = {}

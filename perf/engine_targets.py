@@ -63,7 +63,11 @@ def _floor(rows: dict, paired_formats: dict) -> Verdict:
     if not own and not rounds:
         return Verdict(target, None, "no paired figures in this run")
     ratios = [v for states in own.values() for v in states.values()] + [v for s in rounds.values() for v in s.values()]
-    figures = ("own slices: " + "; ".join(f"{q} " + " / ".join(f"{s} {v:.2f}" for s, v in states.items())
+    def stolen(q: str) -> str:  # the format's minutes on a VM whose hypervisor took CPU time from it
+        steal = rows[q].get("steal_pct", 0.0)
+        return f" (CPU stolen {steal:.0f} %)" if steal >= 1 else ""
+
+    figures = ("own slices: " + "; ".join(f"{q} " + " / ".join(f"{s} {v:.2f}" for s, v in states.items()) + stolen(q)
                                           for q, states in own.items()))
     if rounds:
         figures += "; paired-formats rounds: " + "; ".join(

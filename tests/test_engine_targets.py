@@ -37,6 +37,7 @@ def test_each_target_is_judged_with_its_figures():
     by_target = {v.target.split(" ")[0] + " " + v.target.split(" ")[1]: v for v in verdicts(_report())}
     floor = by_target["batch-1 step"]
     assert floor.met is True and "fast 1.10" in floor.figures and "int4_awq 1.25" in floor.figures
+    assert "stolen" not in floor.figures  # none recorded
     roofline = by_target["every step"]
     # INT4-AWQ at 1: 1.2 / 1.0; at 8: 4.0 / 3.0 = 1.33, over 1.3
     assert roofline.met is False and "3 of 4 cells" in roofline.figures and "int4_awq at 8 1.33" in roofline.figures
@@ -82,6 +83,13 @@ def test_flat_to_8_streams_is_judged_at_the_same_memory_speed_where_the_reads_di
     report["rows"]["none"]["itl_read_bytes_s"] = {"1": 50e9, "8": 30e9}
     flat = next(v for v in verdicts(report) if v.target.startswith("bf16 ITL"))
     assert flat.met is True and "x1.600 from 1 to 8 streams, x0.960 at the same memory speed" in flat.figures
+
+
+def test_a_formats_minutes_with_cpu_stolen_by_the_hypervisor_are_marked():
+    report = _report()
+    report["rows"]["int4_awq"]["steal_pct"] = 12.4
+    floor = next(v for v in verdicts(report) if v.target.startswith("batch-1 step"))
+    assert "int4_awq fast 1.20 (CPU stolen 12 %)" in floor.figures
 
 
 def test_missing_figures_are_not_judged():
