@@ -385,13 +385,16 @@ def threads_restored():
     torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("kv_cache_dtype, threads", [("auto", None), ("int8", None), ("fp8", None), ("auto", 1)])
+@pytest.mark.parametrize("kv_cache_dtype, threads, row_split_min",
+                         [("auto", None, 0), ("int8", None, 0), ("fp8", None, 0), ("auto", 1, 0), ("auto", None, 1)])
 @pytest.mark.parametrize("qformat", ["none", "int8_sq", "int4_awq", "w4a8_awq", "fp8"])
 def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_model_dir, qformat, kv_cache_dtype,
-                                                               threads, monkeypatch, threads_restored):
+                                                               threads, row_split_min, monkeypatch, threads_restored):
     """Decode-only steps run in one C call (csrc/decode_step.c: the embedding, all decoder layers, lm_head): the same kernels in the
     same order as the Python-driven path, so logits and every KV cache byte are equal, not just close. On one thread
-    the layers take decode_layers' path (a team per call) instead of one OpenMP region: the same bits either way."""
+    the layers take decode_layers' path (a team per call) instead of one OpenMP region: the same bits either way. And
+    with the rows' norms, SwiGLU and activation rounding split between the threads (from 4 sequences; here from 1):
+    the same bits again."""
     import torch
 
     from toolkit.compile_native import find_compiler
@@ -409,6 +412,7 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
     # copies (decode_layers_team); elsewhere a team per GEMM. Both the same bits as the Python-driven kernels.
     one_region = one_call.native.has_int4_a8 and not one_call.native.has_amx and torch.get_num_threads() > 1
     assert one_call.native.decode_in_one_region(one_call.decoder) == one_region
+    one_call.decoder.desc.row_split_min = row_split_min
     python_driven.decoder = None
     used = []
     original = NativeKernels.decode_step

@@ -54,7 +54,8 @@ class _ModelDesc(ctypes.Structure):
                 ("eps", ctypes.c_float), ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p),
                 ("final_norm", ctypes.c_void_p), ("layers", ctypes.POINTER(_LayerDesc)), ("stub_gemms", ctypes.c_int32),
                 ("part_seconds", ctypes.POINTER(ctypes.c_double)), ("embed", ctypes.c_void_p),
-                ("lm_head", _LinearDesc), ("vocab", ctypes.c_int32), ("embed_rows", ctypes.c_int32)]
+                ("lm_head", _LinearDesc), ("vocab", ctypes.c_int32), ("embed_rows", ctypes.c_int32),
+                ("row_split_min", ctypes.c_int32)]
 
 
 def _cpu_model() -> str:

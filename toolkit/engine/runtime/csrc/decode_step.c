@@ -44,6 +44,7 @@ typedef struct {
     const void *embed;    /* [vocab, hidden] in the activation dtype (decode_step's token lookup) */
     linear_t lm_head;     /* [vocab, hidden] (decode_step's logits) */
     int32_t vocab, embed_rows; /* lm_head's outputs (the logits' width); the embedding's rows (token ids' bound) */
+    int32_t row_split_min; /* tests and benchmarks only, 0 = ROW_SPLIT_MIN: decode_layers_team splits rows from here */
 } model_t;
 
 /* The parts of a step timed in place (model_t.part_seconds): where a step's time goes as it runs, which timing the
@@ -207,18 +208,12 @@ static void team_share(int64_t units, int t, int threads, int64_t *u0, int64_t *
     *u1 = *u0 + q + (t < r);
 }
 
-/* A team thread's share of a linear on one of the kernels with a per-thread share (team_supported): x [M, k] its
- * own copy (smoothed in place, and its activations prepared into `scratch` as the kernel's call would), into y
- * [M, n] shared, the units of work of thread t of `threads` as the kernel's own loop splits them. */
-static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act, int t, int threads, char *scratch,
-                        int stub) {
-    smooth_input(l, x, M, act);
-    const int K = l->k, N = l->n;
-    if (stub) {  /* benchmarks only (model_t.stub_gemms): zeros instead, as run_linear */
-        if (t == 0) memset(y, 0, (size_t)M * N * act_bytes(act));
-        return;
-    }
-    int64_t u0, u1;
+/* Rows r0 .. r1 - 1 of a linear's input x [M, k] made ready for its kernel (team_supported's kinds): smoothed in place
+ * and, where the kernel takes prepared activations, prepared into `scratch` as the kernel's own call would (row r at
+ * its place among M rows), so that any thread can then take its share of the linear (team_compute). */
+static void team_prepare_rows(const linear_t *l, void *x, int64_t r0, int64_t r1, int64_t M, int act, char *scratch) {
+    const int K = l->k;
+    smooth_input(l, (char *)x + r0 * K * act_bytes(act), r1 - r0, act);
     switch (l->kind) {
 #if defined(HAVE_GEMM_INT4_A8)
     case LIN_INT4_A8: {
@@ -226,18 +221,49 @@ static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act,
         int8_t *xq = (int8_t *)scratch;
         float *xs = (float *)(scratch + M * K);
         int32_t *x8 = (int32_t *)(xs + M * chunks);
-        for (int64_t r = 0; r < M; r++)
+        for (int64_t r = r0; r < r1; r++)
             quantize_int4_activations((const uint16_t *)x + r * K, K, xq + r * K, xs + r * chunks, x8 + r * chunks,
                                       l->act_quant == ACT_FP8 ? l->input_scale : 0.0f);
+        break;
+    }
+#endif
+#if defined(HAVE_GEMM_INT8_VNNI)
+    case LIN_INT8_VNNI: {
+        const int kpad = (K + 63) / 64 * 64;
+        for (int64_t r = r0; r < r1; r++) quantize_row(x, r, K, kpad, act, l->input_scale, 128, (uint8_t *)scratch);
+        break;
+    }
+#endif
+#if defined(__AVX512BF16__)
+    case LIN_FP8:
+        for (int64_t r = r0; r < r1; r++)
+            shifted_activations_row((const uint16_t *)x, r, K, l->act_quant, l->input_scale, FP8_ACT_SHIFT,
+                                    (uint16_t *)scratch);
+        break;
+#endif
+    }
+}
+
+/* Thread t of `threads`'s share of a linear whose input x [M, k] is ready for it (team_prepare_rows: every row), into
+ * y [M, n] shared: the units of work the kernel's own loop gives thread t. */
+static void team_compute(const linear_t *l, const void *x, int64_t M, void *y, int act, int t, int threads,
+                         const char *scratch) {
+    const int K = l->k, N = l->n;
+    int64_t u0, u1;
+    switch (l->kind) {
+#if defined(HAVE_GEMM_INT4_A8)
+    case LIN_INT4_A8: {
+        const int64_t chunks = K / 128;
+        const float *xs = (const float *)(scratch + M * K);
         team_share((N + 15) / 16, t, threads, &u0, &u1);
-        int4_a8_blocks(xq, xs, x8, M, K, (const uint8_t *)l->weight, l->scale, l->group, N, (uint16_t *)y, u0, u1);
+        int4_a8_blocks((const int8_t *)scratch, xs, (const int32_t *)(xs + M * chunks), M, K,
+                       (const uint8_t *)l->weight, l->scale, l->group, N, (uint16_t *)y, u0, u1);
         break;
     }
 #endif
 #if defined(HAVE_GEMM_INT8_VNNI)
     case LIN_INT8_VNNI: {
         const int kpad = (K + 63) / 64 * 64, unit = int8_vnni_unit(M, N);
-        for (int64_t r = 0; r < M; r++) quantize_row(x, r, K, kpad, act, l->input_scale, 128, (uint8_t *)scratch);
         team_share((N + 15) / 16 / unit, t, threads, &u0, &u1);
         int8_vnni_blocks((const uint8_t *)scratch, M, kpad, (const int8_t *)l->weight, l->scale, l->weight_sums, N, y,
                          act, l->input_scale, u0 * unit, u1 * unit);
@@ -247,9 +273,6 @@ static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act,
 #if defined(__AVX512BF16__)
     case LIN_FP8: {
         const int unit = fp8_block_rows(N);
-        for (int64_t r = 0; r < M; r++)
-            shifted_activations_row((const uint16_t *)x, r, K, l->act_quant, l->input_scale, FP8_ACT_SHIFT,
-                                    (uint16_t *)scratch);
         team_share((N + unit - 1) / unit, t, threads, &u0, &u1);
         fp8_rows((const uint16_t *)scratch, M, K, (const uint8_t *)l->weight, l->scale, N, (uint16_t *)y,
                  (int)(u0 * unit), (int)(u1 * unit < N ? u1 * unit : N));
@@ -265,6 +288,27 @@ static void team_linear(const linear_t *l, void *x, int64_t M, void *y, int act,
 #endif
     }
 }
+
+/* A team thread's share of a linear on one of the kernels with a per-thread share (team_supported), into y [M, n]
+ * shared, the units of work of thread t of `threads` as the kernel's own loop splits them. x [M, k] and `scratch` are
+ * this thread's own, and it prepares every row (r0 = 0, r1 = M, split 0); or they are shared (split 1), this thread
+ * prepares rows r0 .. r1 - 1, and the team meets before any thread computes. */
+static void team_linear(const linear_t *l, void *x, int64_t r0, int64_t r1, int64_t M, void *y, int act, int t,
+                        int threads, char *scratch, int split, int stub) {
+    if (stub) smooth_input(l, (char *)x + r0 * l->k * act_bytes(act), r1 - r0, act);
+    else team_prepare_rows(l, x, r0, r1, M, act, scratch);
+    if (split) {
+        #pragma omp barrier
+    }
+    if (stub) {  /* benchmarks only (model_t.stub_gemms): zeros instead, as run_linear */
+        if (t == 0) memset(y, 0, (size_t)M * l->n * act_bytes(act));
+        return;
+    }
+    team_compute(l, x, M, y, act, t, threads, scratch);
+}
+
+/* decode_layers_team shares the rows' work between the threads from this many sequences (see there) */
+#define ROW_SPLIT_MIN 4
 
 /* Whether decode_layers_team runs this model: every linear on a kernel with a per-thread share (team_linear: the
  * int4 x int8, INT8-SQ's VNNI, fp8 and bf16 kernels, as they run on an AVX512-BF16 + VNNI CPU; not AMX's tiles,
@@ -296,8 +340,13 @@ static int team_supported(const model_t *m) {
  * -12 / -4 % in the fast state, 2 / 4 / 8 / 16 -5 / -10 / -4 / -5 % in the slow one; W4A8 at 1 / 4 -11 / -17 % (fast);
  * fp8 at 1 / 4 / 8 -7 / -3 / -3 % (fast), 16 unchanged; bf16 at 1 / 8 / 16 -5 / -4 / -4 % (4 +4 %); INT8-SQ at 1 / 4 / 8
  * -2 / -2 / -4 % (slow), 16 +3 %: from 8 rows the norms and SwiGLU, done by both threads on every row, cost about
- * what the forks saved. The same bits as decode_layers (the same kernels on the same data; tests/test_model_runner.py
- * holds the one-call step to the Python-driven kernels). */
+ * what the forks saved. So from ROW_SPLIT_MIN sequences (2026-11-27 evening) each thread does only its share of the
+ * rows' norms, SwiGLU and the GEMMs' activation rounding, on shared buffers, and the team meets once more before each
+ * GEMM: INT4-AWQ at 3 / 4 / 8 / 16 sequences -3 / -4 / -6 / -5 %, W4A8 at 4 / 8 / 16 -6 / -8 / -7 %, INT8-SQ -3 / -1 / -5
+ * %, fp8 at 8 / 16 -2 / -4 % (slow memory state, the two ways alternating in one process); at 1-2 sequences 1-2 %
+ * slower, and bf16 (no activation rounding to share) within noise, so neither splits. The same bits as
+ * decode_layers (the same kernels on the same data; tests/test_model_runner.py holds the one-call step to the
+ * Python-driven kernels, split and not). */
 static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch, const int64_t *positions,
                               const int64_t *slots, const int64_t *block_tables, const int64_t *context_lens,
                               int max_blocks) {
@@ -320,6 +369,16 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
         return -1;
     }
     double *parts = m->part_seconds, mark = parts != NULL ? now_seconds() : 0.0;
+    /* From this many sequences each thread does its share of the rows' norms, SwiGLU and activation rounding on shared
+     * buffers, with one more barrier before each GEMM, instead of every row on its own copies (not for bf16's GEMMs,
+     * which round no activations: there the split saved nothing beyond this VM's noise) */
+    const int split = batch >= (m->row_split_min > 0 ? m->row_split_min : ROW_SPLIT_MIN) &&
+                      (m->row_split_min > 0 || m->layers[0].qkv.kind != LIN_BF16);
+    struct { char *h, *x, *mid, *scratch; } shared;
+#define NEXT_LINE(p, bytes) ((char *)(((uintptr_t)(p) + (bytes) + 63) & ~(uintptr_t)63))
+    shared.h = NEXT_LINE(own, 0), shared.x = NEXT_LINE(shared.h, h_bytes), shared.mid = NEXT_LINE(shared.x, x_bytes);
+    shared.scratch = NEXT_LINE(shared.mid, mid_bytes);
+#undef NEXT_LINE
     init_fp8();
     #pragma omp parallel num_threads(threads)
     {
@@ -329,12 +388,20 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
         char *hp = NEXT_LINE(own + t * own_bytes, 0), *xp = NEXT_LINE(hp, h_bytes), *mid = NEXT_LINE(xp, x_bytes);
         char *scratch = NEXT_LINE(mid, mid_bytes);
 #undef NEXT_LINE
-        memcpy(hp, h, batch * m->hidden * es);
-        for (int64_t b = 0; b < batch; b++) rms_norm_row(hp, m->layers[0].input_norm, xp, b, m->hidden, m->eps, act);
+        /* rows r0 .. r1 - 1 of the per-row work are this thread's: every row on its own copies, or its share of the
+         * rows on shared buffers (thread 0's) from row_split_min sequences */
+        int64_t r0 = 0, r1 = batch;
+        if (split) {
+            hp = shared.h, xp = shared.x, mid = shared.mid, scratch = shared.scratch;
+            team_share(batch, t, T, &r0, &r1);
+        }
+        const int64_t hr = m->hidden * es;  /* bytes of a row of the residual stream */
+        memcpy(hp + r0 * hr, (char *)h + r0 * hr, (r1 - r0) * hr);
+        for (int64_t b = r0; b < r1; b++) rms_norm_row(hp, m->layers[0].input_norm, xp, b, m->hidden, m->eps, act);
         for (int i = 0; i < m->num_layers; i++) {
             const layer_t *l = &m->layers[i], *then = i + 1 < m->num_layers ? &m->layers[i + 1] : NULL;
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->qkv, xp, batch, qkv, act, t, T, scratch, m->stub_gemms);
+            team_linear(&l->qkv, xp, r0, r1, batch, qkv, act, t, T, scratch, split, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_QKV, &mark);
             const attention_work_t w = attention_work(qbuf, l->k_cache, l->v_cache, block_tables, context_lens, attn,
@@ -358,26 +425,27 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
             }
             #pragma omp barrier
             charge(my_parts, PART_ATTENTION, &mark);
-            memcpy(xp, attn, batch * q * es);
-            team_linear(&l->o, xp, batch, delta, act, t, T, scratch, m->stub_gemms);
+            memcpy(xp + r0 * q * es, attn + r0 * q * es, (r1 - r0) * q * es);
+            team_linear(&l->o, xp, r0, r1, batch, delta, act, t, T, scratch, split, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_O, &mark);
-            for (int64_t b = 0; b < batch; b++) add_rms_norm_row(hp, delta, l->post_norm, xp, b, m->hidden, m->eps, act);
+            for (int64_t b = r0; b < r1; b++) add_rms_norm_row(hp, delta, l->post_norm, xp, b, m->hidden, m->eps, act);
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->gate_up, xp, batch, gate_up, act, t, T, scratch, m->stub_gemms);
+            team_linear(&l->gate_up, xp, r0, r1, batch, gate_up, act, t, T, scratch, split, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_GATE_UP, &mark);
-            for (int64_t b = 0; b < batch; b++) silu_mul_row(gate_up, mid, b, m->inter, act);
+            for (int64_t b = r0; b < r1; b++) silu_mul_row(gate_up, mid, b, m->inter, act);
             charge(my_parts, PART_REST, &mark);
-            team_linear(&l->down, mid, batch, delta, act, t, T, scratch, m->stub_gemms);
+            team_linear(&l->down, mid, r0, r1, batch, delta, act, t, T, scratch, split, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_DOWN, &mark);
-            for (int64_t b = 0; b < batch; b++)
+            for (int64_t b = r0; b < r1; b++)
                 add_rms_norm_row(hp, delta, then != NULL ? then->input_norm : m->final_norm, xp, b, m->hidden, m->eps,
                                  act);
         }
         charge(my_parts, PART_REST, &mark);
-        if (t == 0) memcpy(h, hp, batch * m->hidden * es), memcpy(x, xp, batch * m->hidden * es);
+        if (split || t == 0)  /* each thread its rows of the shared buffers, or thread 0 its copies' every row */
+            memcpy((char *)h + r0 * hr, hp + r0 * hr, (r1 - r0) * hr), memcpy((char *)x + r0 * hr, xp + r0 * hr, (r1 - r0) * hr);
     }
     free(qkv), free(qbuf), free(attn), free(gate_up), free(delta), free(own);
     return 0;
@@ -412,7 +480,7 @@ double team_linears_seconds(const linear_t *ls, int count, const void *x, int64_
         for (int c = 0; c < calls; c++) {
             for (int j = 0; j < count; j++) {
                 memcpy(xp, x, M * K * es);  /* as a step's threads take a fresh input per GEMM */
-                team_linear(&ls[j], xp, M, y, act, t, T, scratch, 0);
+                team_linear(&ls[j], xp, 0, M, M, y, act, t, T, scratch, 0, 0);
                 #pragma omp barrier
             }
         }
