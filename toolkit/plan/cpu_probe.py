@@ -164,7 +164,7 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
     `stream_bytes` in all, called one after another as a step calls its GEMMs (so they come from memory; `calls`
     times over, where they stay in cache); and with `plain` (stream_reader("sum", ...) over as many bytes), each
     pass's weight read over a sum's read right after it, the median of GEMV_PAIRS pairs ({} without).
-    as_in_step: as a decode step runs them (_step_pass): in one OpenMP region where the step would be, else called
+    as_in_step: as a decode step runs them (_pass_timer): in one OpenMP region where the step would be, else called
     from Python with each call's own cost taken out."""
     import torch
 

@@ -313,17 +313,20 @@ static void team_linear(const linear_t *l, void *x, int64_t r0, int64_t r1, int6
 /* Whether decode_layers_team runs this model: every linear on a kernel with a per-thread share (team_linear: the
  * int4 x int8, INT8-SQ's VNNI, fp8 and bf16 kernels, as they run on an AVX512-BF16 + VNNI CPU; not AMX's tiles,
  * the widening int8 or the bf16-activation int4 kernels), bf16 activations, and a team to share the work. */
+static int team_kind(const linear_t *l) {  /* a linear team_linear can share out (with bf16 activations) */
+    const int kind = l->kind;
+    if (!decode_kind_supported(kind) || (kind != LIN_INT4_A8 && kind != LIN_INT8_VNNI && kind != LIN_FP8 &&
+                                         kind != LIN_BF16))
+        return 0;
+    return kind != LIN_INT4_A8 || l->act_quant == ACT_NONE || l->act_quant == ACT_FP8;
+}
+
 static int team_supported(const model_t *m) {
     if (m->act_kind != BF16 || omp_get_max_threads() < 2) return 0;
     for (int i = 0; i < m->num_layers; i++) {
         const linear_t *ls[4] = {&m->layers[i].qkv, &m->layers[i].o, &m->layers[i].gate_up, &m->layers[i].down};
-        for (int j = 0; j < 4; j++) {
-            const int kind = ls[j]->kind;
-            if (!decode_kind_supported(kind) || (kind != LIN_INT4_A8 && kind != LIN_INT8_VNNI && kind != LIN_FP8 &&
-                                                 kind != LIN_BF16))
-                return 0;
-            if (kind == LIN_INT4_A8 && ls[j]->act_quant != ACT_NONE && ls[j]->act_quant != ACT_FP8) return 0;
-        }
+        for (int j = 0; j < 4; j++)
+            if (!team_kind(ls[j])) return 0;
     }
     return 1;
 }
@@ -444,8 +447,10 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
                                  act);
         }
         charge(my_parts, PART_REST, &mark);
-        if (split || t == 0)  /* each thread its rows of the shared buffers, or thread 0 its copies' every row */
-            memcpy((char *)h + r0 * hr, hp + r0 * hr, (r1 - r0) * hr), memcpy((char *)x + r0 * hr, xp + r0 * hr, (r1 - r0) * hr);
+        if (split || t == 0) {  /* each thread its rows of the shared buffers, or thread 0 its copies' every row */
+            memcpy((char *)h + r0 * hr, hp + r0 * hr, (r1 - r0) * hr);
+            memcpy((char *)x + r0 * hr, xp + r0 * hr, (r1 - r0) * hr);
+        }
     }
     free(qkv), free(qbuf), free(attn), free(gate_up), free(delta), free(own);
     return 0;
@@ -459,13 +464,8 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
  * is not on a kernel with a per-thread share, the activations are not bf16, there is one thread, or no memory. */
 double team_linears_seconds(const linear_t *ls, int count, const void *x, int64_t M, void *y, int act, int calls) {
     if (act != BF16 || omp_get_max_threads() < 2 || count < 1) return -1.0;
-    for (int j = 0; j < count; j++) {
-        const int kind = ls[j].kind;
-        if (!decode_kind_supported(kind) || ls[j].k != ls[0].k ||
-            (kind != LIN_INT4_A8 && kind != LIN_INT8_VNNI && kind != LIN_FP8 && kind != LIN_BF16) ||
-            (kind == LIN_INT4_A8 && ls[j].act_quant != ACT_NONE && ls[j].act_quant != ACT_FP8))
-            return -1.0;
-    }
+    for (int j = 0; j < count; j++)
+        if (!team_kind(&ls[j]) || ls[j].k != ls[0].k) return -1.0;
     const int64_t K = ls[0].k, es = act_bytes(act), threads = omp_get_max_threads();
     const int64_t x_bytes = (M * K * es + 63) / 64 * 64;
     const int64_t own_bytes = x_bytes + (M * (K + 64) * 2 + M * (K / 128 + 1) * 8 + 63) / 64 * 64;
