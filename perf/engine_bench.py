@@ -652,9 +652,10 @@ def main() -> None:
         r["roofline_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe, step_overhead_s=step_cost,
                                                         sequence_overhead_s=per_sequence) * 1e3 for b in batches}
         # ... and with its default (per-layer) step cost, as `toolkit plan` predicts without this benchmark
-        r["planner_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe) * 1e3 for b in batches}
+        planned = {b: cpu_decode_step(spec, qformat, b, context, probe=probe) for b in batches}
+        r["planner_ms"] = {b: step.seconds * 1e3 for b, step in planned.items()}
         # what bounds its step at each batch, and the batch where the step turns compute-bound (engine_targets)
-        r["planner_bound"] = {b: cpu_decode_step(spec, qformat, b, context, probe=probe).bound for b in batches}
+        r["planner_bound"] = {b: step.bound for b, step in planned.items()}
         r["crossover_batch"] = cpu_crossover_batch(spec, qformat, context, probe=probe)
         r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=step_cost,
                                                     sequence_overhead_s=per_sequence) * 1e3
@@ -712,7 +713,8 @@ def main() -> None:
         print(f"\nBatch-1 step over bf16's, paired round by round: {_paired_formats_line(paired_formats)}")
     report = {"probe": probe, "rows": rows, "peers": peers, "openvino": openvino, "paired_formats": paired_formats}
     print("\nAgainst the targets (perf/engine_targets.py):")
-    print("\n".join(v.line() for v in verdicts(json.loads(json.dumps(report, default=str)))))
+    as_saved = json.loads(json.dumps(report, default=str))  # as a saved run reads back: batch keys as strings
+    print("\n".join(v.line() for v in verdicts(as_saved)))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
 

@@ -696,11 +696,11 @@ static void attention_item(const attention_work_t *w, int item) {
             const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
             float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
 #define ATTEND_NV(G, NV, DOTS)                                                                                  \
-attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, per_item, group, G, NV, DOTS, k_scale, \
-             v_scale, cache_kind, ss, os, &plan)
+    attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, per_item, group, G, NV, DOTS, k_scale, \
+                 v_scale, cache_kind, ss, os, &plan)
 #define ATTEND(G)                                                                                  \
-if (head_dim == 64) { if (bf16_dots) ATTEND_NV(G, 4, 1); else ATTEND_NV(G, 4, 0); }           \
-else { if (bf16_dots) ATTEND_NV(G, 8, 1); else ATTEND_NV(G, 8, 0); }
+    if (head_dim == 64) { if (bf16_dots) ATTEND_NV(G, 4, 1); else ATTEND_NV(G, 4, 0); }           \
+    else { if (bf16_dots) ATTEND_NV(G, 8, 1); else ATTEND_NV(G, 8, 0); }
             FOR_1_TO_8(group - g0, ATTEND)
 #undef ATTEND
 #undef ATTEND_NV
@@ -1652,7 +1652,7 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
     for (int64_t d0 = 0; d0 < kpad / 4; d0 += step) {
         for (int u = 0; u < step; u++) {
             const int64_t d = d0 + u;
-            const int h = step == chains ? u : (int)(d % chains);
+            const int h = rows == 2 ? u : (int)(d % chains);  /* u: a constant once the loop is unrolled */
             __m512i wv[2];
             for (int j = 0; j < nbk; j++) {
                 if (nbk == 2) prefetch_weights(wb + (int64_t)j * 16 * kpad + d * 64, 1, 2 * 16 * (int64_t)kpad);

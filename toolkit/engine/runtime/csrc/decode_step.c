@@ -208,6 +208,21 @@ static void team_share(int64_t units, int t, int threads, int64_t *u0, int64_t *
     *u1 = *u0 + q + (t < r);
 }
 
+/* Bytes of the activations team_prepare_rows prepares for M rows of K inputs, for any kernel: at most 2 bytes per
+ * input (fp8's shifted bf16; int8 padded to 64 inputs) and int4's two scales per 128 inputs besides. */
+static int64_t prepared_bytes(int64_t M, int64_t K) {
+    return M * (K + 64) * 2 + M * (K / 128 + 1) * 8;
+}
+
+/* Where the int4 x int8 kernel's prepared activations for M rows of K inputs lie in `scratch`: the int8 values, then
+ * each 128's scale, then each 128's sum. */
+typedef struct { int8_t *xq; float *xs; int32_t *x8; } int4_prepared_t;
+
+static int4_prepared_t int4_prepared(char *scratch, int64_t M, int64_t K) {
+    float *xs = (float *)(scratch + M * K);
+    return (int4_prepared_t){(int8_t *)scratch, xs, (int32_t *)(xs + M * (K / 128))};
+}
+
 /* Rows r0 .. r1 - 1 of a linear's input x [M, k] made ready for its kernel (team_supported's kinds): smoothed in place
  * and, where the kernel takes prepared activations, prepared into `scratch` as the kernel's own call would (row r at
  * its place among M rows), so that any thread can then take its share of the linear (team_compute). */
@@ -218,12 +233,10 @@ static void team_prepare_rows(const linear_t *l, void *x, int64_t r0, int64_t r1
 #if defined(HAVE_GEMM_INT4_A8)
     case LIN_INT4_A8: {
         const int64_t chunks = K / 128;
-        int8_t *xq = (int8_t *)scratch;
-        float *xs = (float *)(scratch + M * K);
-        int32_t *x8 = (int32_t *)(xs + M * chunks);
+        const int4_prepared_t p = int4_prepared(scratch, M, K);
         for (int64_t r = r0; r < r1; r++)
-            quantize_int4_activations((const uint16_t *)x + r * K, K, xq + r * K, xs + r * chunks, x8 + r * chunks,
-                                      l->act_quant == ACT_FP8 ? l->input_scale : 0.0f);
+            quantize_int4_activations((const uint16_t *)x + r * K, K, p.xq + r * K, p.xs + r * chunks,
+                                      p.x8 + r * chunks, l->act_quant == ACT_FP8 ? l->input_scale : 0.0f);
         break;
     }
 #endif
@@ -247,17 +260,16 @@ static void team_prepare_rows(const linear_t *l, void *x, int64_t r0, int64_t r1
 /* Thread t of `threads`'s share of a linear whose input x [M, k] is ready for it (team_prepare_rows: every row), into
  * y [M, n] shared: the units of work the kernel's own loop gives thread t. */
 static void team_compute(const linear_t *l, const void *x, int64_t M, void *y, int act, int t, int threads,
-                         const char *scratch) {
+                         char *scratch) {
     const int K = l->k, N = l->n;
     int64_t u0, u1;
     switch (l->kind) {
 #if defined(HAVE_GEMM_INT4_A8)
     case LIN_INT4_A8: {
-        const int64_t chunks = K / 128;
-        const float *xs = (const float *)(scratch + M * K);
+        const int4_prepared_t p = int4_prepared(scratch, M, K);
         team_share((N + 15) / 16, t, threads, &u0, &u1);
-        int4_a8_blocks((const int8_t *)scratch, xs, (const int32_t *)(xs + M * chunks), M, K,
-                       (const uint8_t *)l->weight, l->scale, l->group, N, (uint16_t *)y, u0, u1);
+        int4_a8_blocks(p.xq, p.xs, p.x8, M, K, (const uint8_t *)l->weight, l->scale, l->group, N, (uint16_t *)y, u0,
+                       u1);
         break;
     }
 #endif
@@ -310,10 +322,9 @@ static void team_linear(const linear_t *l, void *x, int64_t r0, int64_t r1, int6
 /* decode_layers_team shares the rows' work between the threads from this many sequences (see there) */
 #define ROW_SPLIT_MIN 4
 
-/* Whether decode_layers_team runs this model: every linear on a kernel with a per-thread share (team_linear: the
- * int4 x int8, INT8-SQ's VNNI, fp8 and bf16 kernels, as they run on an AVX512-BF16 + VNNI CPU; not AMX's tiles,
- * the widening int8 or the bf16-activation int4 kernels), bf16 activations, and a team to share the work. */
-static int team_kind(const linear_t *l) {  /* a linear team_linear can share out (with bf16 activations) */
+/* A linear team_linear can share out (with bf16 activations): the int4 x int8, INT8-SQ's VNNI, fp8 and bf16 kernels,
+ * as they run on an AVX512-BF16 + VNNI CPU; not AMX's tiles, the widening int8 or the bf16-activation int4 kernels. */
+static int team_kind(const linear_t *l) {
     const int kind = l->kind;
     if (!decode_kind_supported(kind) || (kind != LIN_INT4_A8 && kind != LIN_INT8_VNNI && kind != LIN_FP8 &&
                                          kind != LIN_BF16))
@@ -321,6 +332,8 @@ static int team_kind(const linear_t *l) {  /* a linear team_linear can share out
     return kind != LIN_INT4_A8 || l->act_quant == ACT_NONE || l->act_quant == ACT_FP8;
 }
 
+/* Whether decode_layers_team runs this model: every linear a team_kind, bf16 activations, and a team to share the
+ * work. */
 static int team_supported(const model_t *m) {
     if (m->act_kind != BF16 || omp_get_max_threads() < 2) return 0;
     for (int i = 0; i < m->num_layers; i++) {
@@ -360,12 +373,11 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
     const size_t es = act_bytes(act);
     char *qkv = malloc(batch * qkv_n * es), *qbuf = malloc(batch * q * es), *attn = malloc(batch * q * es);
     char *gate_up = malloc(batch * 2 * m->inter * es), *delta = malloc(batch * m->hidden * es);
-    /* each thread's own: the residual stream, a GEMM's input, SwiGLU's middle, and the kernels' prepared activations
-     * (at most 2 bytes per input, fp8's shifted bf16, and int4's scales besides), each on its own cache lines */
+    /* each thread's own: the residual stream, a GEMM's input, SwiGLU's middle, and the kernels' prepared activations,
+     * each on its own cache lines */
     const int threads = omp_get_max_threads();
     const int64_t h_bytes = batch * m->hidden * es, x_bytes = batch * widest * es, mid_bytes = batch * m->inter * es;
-    const int64_t scratch_bytes = batch * (widest + 64) * 2 + batch * (widest / 128 + 1) * 8;
-    const int64_t own_bytes = (h_bytes + x_bytes + mid_bytes + scratch_bytes + 4 * 63) / 64 * 64;
+    const int64_t own_bytes = (h_bytes + x_bytes + mid_bytes + prepared_bytes(batch, widest) + 4 * 63) / 64 * 64;
     char *own = malloc(threads * own_bytes);
     if (!(qkv && qbuf && attn && gate_up && delta && own)) {
         free(qkv), free(qbuf), free(attn), free(gate_up), free(delta), free(own);
@@ -377,27 +389,19 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
      * which round no activations: there the split saved nothing beyond this VM's noise) */
     const int split = batch >= (m->row_split_min > 0 ? m->row_split_min : ROW_SPLIT_MIN) &&
                       (m->row_split_min > 0 || m->layers[0].qkv.kind != LIN_BF16);
-    struct { char *h, *x, *mid, *scratch; } shared;
-#define NEXT_LINE(p, bytes) ((char *)(((uintptr_t)(p) + (bytes) + 63) & ~(uintptr_t)63))
-    shared.h = NEXT_LINE(own, 0), shared.x = NEXT_LINE(shared.h, h_bytes), shared.mid = NEXT_LINE(shared.x, x_bytes);
-    shared.scratch = NEXT_LINE(shared.mid, mid_bytes);
-#undef NEXT_LINE
     init_fp8();
     #pragma omp parallel num_threads(threads)
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
         double *my_parts = t == 0 ? parts : NULL;
-#define NEXT_LINE(p, bytes) ((char *)(((uintptr_t)(p) + (bytes) + 63) & ~(uintptr_t)63))
-        char *hp = NEXT_LINE(own + t * own_bytes, 0), *xp = NEXT_LINE(hp, h_bytes), *mid = NEXT_LINE(xp, x_bytes);
-        char *scratch = NEXT_LINE(mid, mid_bytes);
-#undef NEXT_LINE
         /* rows r0 .. r1 - 1 of the per-row work are this thread's: every row on its own copies, or its share of the
          * rows on shared buffers (thread 0's) from row_split_min sequences */
         int64_t r0 = 0, r1 = batch;
-        if (split) {
-            hp = shared.h, xp = shared.x, mid = shared.mid, scratch = shared.scratch;
-            team_share(batch, t, T, &r0, &r1);
-        }
+        if (split) team_share(batch, t, T, &r0, &r1);
+#define NEXT_LINE(p, bytes) ((char *)(((uintptr_t)(p) + (bytes) + 63) & ~(uintptr_t)63))
+        char *hp = NEXT_LINE(own + (split ? 0 : t) * own_bytes, 0), *xp = NEXT_LINE(hp, h_bytes);
+        char *mid = NEXT_LINE(xp, x_bytes), *scratch = NEXT_LINE(mid, mid_bytes);
+#undef NEXT_LINE
         const int64_t hr = m->hidden * es;  /* bytes of a row of the residual stream */
         memcpy(hp + r0 * hr, (char *)h + r0 * hr, (r1 - r0) * hr);
         for (int64_t b = r0; b < r1; b++) rms_norm_row(hp, m->layers[0].input_norm, xp, b, m->hidden, m->eps, act);
@@ -468,7 +472,7 @@ double team_linears_seconds(const linear_t *ls, int count, const void *x, int64_
         if (!team_kind(&ls[j]) || ls[j].k != ls[0].k) return -1.0;
     const int64_t K = ls[0].k, es = act_bytes(act), threads = omp_get_max_threads();
     const int64_t x_bytes = (M * K * es + 63) / 64 * 64;
-    const int64_t own_bytes = x_bytes + (M * (K + 64) * 2 + M * (K / 128 + 1) * 8 + 63) / 64 * 64;
+    const int64_t own_bytes = x_bytes + (prepared_bytes(M, K) + 63) / 64 * 64;
     char *own = aligned_alloc(64, threads * own_bytes);
     if (own == NULL) return -1.0;
     init_fp8();
