@@ -638,6 +638,8 @@ def main() -> None:
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
         step_bytes = r["step_bytes"]
         r["working_set_factor"] = hardware.working_set_factor(step_bytes)  # the planner's, from the probe
+        # ... and the rate it reads this format's weights at, re-reading them step after step (the kernel's curve)
+        r["planner_weight_read_bytes_s"] = hardware.weight_read_bytes(weights_for(qformat), step_bytes)
         # The floors at the fastest the memory read right after this format's batch-1 runs (_read_rate_now):
         # streaming, and re-reading the step's bytes; the start's probe only where there were none.
         streams = [stream for stream, _ in r["read_rates"]] or [bandwidth]

@@ -21,14 +21,14 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   faster, up to its in-cache rate; one that read them much slower was compute-bound, and runs no faster.
 - Attention: the engine's fused decode-attention kernel, query heads x context tokens per second, each
   layer's KV cache read from memory as in a step.
-- Working set: a sum's read rate re-reading 16 MiB .. 1 GiB, and the kernels' batch-1 and few-row rates also
-  over a 32 MiB working set: on a CPU whose last-level cache holds a small model's weights between steps,
-  the planner places a step between the streamed and the cached rates by where its bytes fall on the curve
-  (a memory-bound kernel gains, a compute-bound one does not).
-  The last-level cache's size (Linux sysfs) bounds that: a step re-reading more bytes than the cache holds reads
-  them as the stream, even where a plain sum re-reading that many ran faster (a 2-core Zen 4 VM's 32 MiB L3: a sum
-  over 64 MiB 93 GB/s against 59 over 128 in one minute, and INT4-AWQ's 55 MB steps read their weights at the
-  stream's rate in the same run, 2026-11-27).
+- Working set: each kernel at batch 1 as the one-region step runs it, re-reading working sets of REREAD_MIB up to
+  the stream, each pass over a sum's stream read right after it: a decode step re-reads the same weights every step,
+  and what a cache keeps of them between steps depends on the cache's size, on what else shares it (a VM's
+  neighbours) and on how the kernel walks its weights, none of which a sum's re-reads or the cache's size from sysfs
+  told (probe version 27 charged the stream's rate past a 32 MiB L3 where INT4-AWQ's 55 MB steps read their weights
+  1.2-1.5x faster in this VM's slow memory state, 2026-11-27). The planner reads a step's weights at the curve's
+  ratio at the step's bytes times the sum read, and moves its few-row rates to the memory state that many bytes read
+  in. A sum's read curve (16 MiB .. 1 GiB) and the cache's size still place the KV cache's reads.
 - Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
   (max − min) / max is recorded beside it. Everything on the torch thread count in use.
 
@@ -56,20 +56,25 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # and W4A8 on the int4 x int8 kernel, W4A8 probed apart; 23: the few-row rates keep the activations' rounding; 24: attention
 # between reads, as in a step; 25: fp8's weights one stream per block of 4 rows, faster at every row count; 26: the
 # GEMV rates as ratios to a sum read paired with each, times the best sum read; 27: the last-level cache's size;
-# 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state)
-VERSION = 28
+# 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state;
+# 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set)
+VERSION = 29
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
 # int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
 # the activations to fp8).
 KERNELS = ("fp32", "bf16", "int8a8", "fp8", "int4", "w4a8")
 _WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "int8a8": 1, "fp8": 1, "int4": 0.5, "w4a8": 0.5}
-# Working-set sizes at which a sum's read rate is probed: a decode step re-reads the same weights every step, so
-# where they fit in the last-level cache (a Xeon here had 260 MiB of L3: a 128 MiB sum read 30-48 GB/s, 64 MiB 54,
-# 256 MiB and up 27-29, 2026-11-24) a step reads faster than from DRAM. Where a step's bytes fall on this curve
-# places it between the kernels' rates probed over stream_mib and over CACHED_MIB (and scales its KV reads).
+# Working-set sizes at which a sum's read rate is probed: a decode step re-reads its KV cache every step, so where it
+# fits in the last-level cache (a Xeon here had 260 MiB of L3: a 128 MiB sum read 30-48 GB/s, 64 MiB 54, 256 MiB and
+# up 27-29, 2026-11-24) a step reads it faster than from DRAM.
 READ_CURVE_MIB = (16, 32, 64, 128, 256, 512, 1024)
-CACHED_MIB = 32  # the small working set the few-row rates are also probed on
+# Working sets each kernel re-reads at batch 1 (and the stream, stream_mib): where a step's weights fall between them
+# sets the rate the planner reads them at. On the 2-core Zen 4 VM (32 MiB L3, 2026-11-27, slow memory state), over a
+# sum's stream read: int4 2.5-3.3 at 16 MiB, 1.4-1.5 at 32, 1.15-1.3 at 56, 0.9-1.0 at 128; bf16 1.5 at 56, 1.1-1.2
+# at 128.
+REREAD_MIB = (16, 24, 32, 48, 64, 96)
+REREAD_CALLS = 2  # passes over the set in one timing, after as many untimed ones (the sum read before evicted it)
 # GEMV reads each paired with a sum read of the same bytes (paired_read_ratio). Measured on the 2-core Zen 4 VM
 # (2026-11-27), whose memory flips between ~30 and ~55 GB/s within seconds and stays in either for seconds to half
 # an hour: one probe's fp8 GEMV read 32 GB/s and its int4 GEMV 55, against 57.7 for its best sum, and the planner
@@ -215,6 +220,37 @@ def _pass_timer(name: str, linears, x, calls: int, repeats: int, as_in_step: boo
     return one_pass
 
 
+def reread_sizes(stream_mib: int) -> list[int]:
+    """The working sets (MiB) each kernel's re-read is probed at: REREAD_MIB below the stream, and the stream."""
+    return [mib for mib in REREAD_MIB if mib < stream_mib] + [stream_mib]
+
+
+def _reread_ratios(name: str, stream_mib: int, plain, repeats: int) -> dict[int, float]:
+    """{MiB: kernel `name`'s batch-1 read rate re-reading a working set of that many MiB, over a sum's stream read right
+    after it}, for each of reread_sizes: [DECODE_MATRIX_ROWS, DECODE_IN_FEATURES] matrices run one after another as the
+    one-region step runs them (_pass_timer), REREAD_CALLS passes over the set timed after as many untimed ones; the
+    median of GEMV_PAIRS pairs (plain: stream_reader("sum", stream_mib))."""
+    import torch
+
+    matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
+    linears = [_kernel(name, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES)
+               for _ in range(max(1, int(stream_mib * 2**20 // matrix_bytes)))]
+    gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
+    x = torch.randn(1, DECODE_IN_FEATURES, dtype=linears[0][1])
+    ratios = {}
+    for mib in reread_sizes(stream_mib):
+        chosen = linears[: max(1, min(len(linears), round(mib * 2**20 / matrix_bytes)))]
+        nbytes = REREAD_CALLS * sum(nbytes for nbytes, _, _ in chosen)
+        one_pass = _pass_timer(name, chosen, x, REREAD_CALLS, repeats, as_in_step=True)
+
+        def pair(one_pass=one_pass, nbytes=nbytes) -> float:
+            one_pass()  # the set into whatever cache keeps it
+            return nbytes / one_pass() / plain()
+
+        ratios[mib] = statistics.median(pair() for _ in range(GEMV_PAIRS))
+    return ratios
+
+
 def few_row_rates_at(probe: dict, read_bytes_s: float) -> dict[str, dict[str, float]]:
     """The few-row kernels' FLOP/s, {kernel: {rows: rate}}, in the memory state where a sum over the probe's stream
     reads `read_bytes_s`. A pass whose weights read at MEMORY_BOUND_SHARE of its paired sum or more was memory-bound:
@@ -324,14 +360,14 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     import torch
 
     figures = {}
-    # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1; and over a working set
-    # a large last-level cache holds, re-read (a compute-bound kernel, int4 here, runs no faster there; a
-    # memory-bound one, INT8-SQ's, up to 2x on a 260 MiB-L3 Xeon). Each as its ratio to a sum over the same bytes
-    # (measure_cpu scales it by the best sum read, of the stream and of the read curve at CACHED_MIB).
-    plain = {mib: stream_reader("sum", mib) for mib in (stream_mib, CACHED_MIB)}
+    # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1, as its ratio to a sum
+    # over the same bytes (measure_cpu scales it by the best sum read); and re-reading working sets of REREAD_MIB as a
+    # step re-reads its weights (_reread_ratios).
+    plain = stream_reader("sum", stream_mib)
     for name in KERNELS:
-        figures[f"gemv_over_read_{name}"] = paired_read_ratio(name, stream_mib, plain[stream_mib])
-        figures[f"cached_gemv_over_read_{name}"] = paired_read_ratio(name, CACHED_MIB, plain[CACHED_MIB])
+        figures[f"gemv_over_read_{name}"] = paired_read_ratio(name, stream_mib, plain)
+        figures.update({f"reread_over_read_{name}_{mib}": ratio
+                        for mib, ratio in _reread_ratios(name, stream_mib, plain, repeats).items()})
     # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
     # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
     # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
@@ -341,15 +377,9 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # Each pass paired with a sum read (measure_cpu moves its rate to the best read's memory state: few_row_rates_at).
     for name in KERNELS:
         rates, shares = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20,
-                                        repeats, as_in_step=True, plain=plain[stream_mib])
+                                        repeats, as_in_step=True, plain=plain)
         figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
         figures.update({f"decode_over_read_{name}_{rows}": share for rows, share in shares.items()})
-        # ... and over a working set that a large last-level cache holds (memory-bound few-row kernels run up to 2x
-        # faster there: INT8-SQ at 2 rows 207 GFLOP/s over 64 MiB, 100 over 128 MiB on a 260 MiB-L3 Xeon); the
-        # planner mixes the two by where a step's bytes fall on the read curve.
-        rates, _ = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, CACHED_MIB * 2**20,
-                                   repeats, as_in_step=True)
-        figures.update({f"cached_decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
         # ... and with the weights in cache: what a memory-bound pass can reach in a faster memory state
         in_cache_rows = min(DECODE_MATRIX_ROWS, int(FEW_ROW_CACHED_MIB * 2**20 / DECODE_IN_FEATURES / _WEIGHT_BYTES[name]))
         rates, _ = _streamed_rates(name, DECODE_ROWS, in_cache_rows, DECODE_IN_FEATURES, FEW_ROW_CACHED_MIB * 2**20,
@@ -435,9 +465,11 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
     import torch
 
     runs = [_probe_round(stream_mib, repeats) for _ in range(rounds)]
-    # rates: the best round's; ratios (a kernel's read over a sum's in the same moment): the rounds' mean
-    best = {k: statistics.fmean(r[k] for r in runs) if "_over_read_" in k else max(r[k] for r in runs)
-            for k in runs[0]}
+    # rates: the best round's; ratios (a kernel's read over a sum's in the same moment): the rounds' mean, but for the
+    # re-read curve's: how much of a working set a shared cache keeps moves with its neighbours' load, and the best
+    # round's is what the best of a benchmark's runs meets
+    best = {k: statistics.fmean(r[k] for r in runs) if "_over_read_" in k and not k.startswith("reread_")
+            else max(r[k] for r in runs) for k in runs[0]}
 
     def few_rows(prefix: str) -> dict:
         return {name: {str(rows): best[f"{prefix}_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys
@@ -446,7 +478,6 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
     spread = {k: (max(r[k] for r in runs) - min(r[k] for r in runs)) / max(r[k] for r in runs) for k in runs[0]}
     for name in KERNELS:  # each kernel's read rate in the memory state of the best sum read
         best[f"gemv_bytes_s_{name}"] = best[f"gemv_over_read_{name}"] * best["read_bytes_s_sum"]
-        best[f"cached_gemv_bytes_s_{name}"] = best[f"cached_gemv_over_read_{name}"] * best[f"read_bytes_s_at_{CACHED_MIB}"]
     reads = {k: v for k, v in best.items() if k.startswith(("gemv_bytes_s_", "read_bytes_s_sum"))}
     roof = max(reads, key=reads.get)
     paired = {"gemv_over_read": {name: best[f"gemv_over_read_{name}"] for name in KERNELS},
@@ -456,20 +487,19 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "version": VERSION,
         "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.split("_bytes_s_")[1],
         "read_bytes_s_sum": best["read_bytes_s_sum"],
-        # the kernels' rates over stream_mib and over cached_mib; the read curve places a step between them
+        # the sum's stream; a sum's read rate re-reading each working set (the KV cache's reads)
         "stream_mib": stream_mib,
         "read_curve_bytes_s": {str(mib): best[f"read_bytes_s_at_{mib}"] for mib in READ_CURVE_MIB},  # JSON keys
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
         "prefill_flops": {name: best[f"prefill_flops_{name}"] for name in KERNELS},
         # the few-row rates in the best sum read's memory state; the passes as measured beside them
         "decode_flops": few_row_rates_at(paired, best["read_bytes_s_sum"]), **paired,
-        "cached_mib": CACHED_MIB,
         "last_level_cache_bytes": last_level_cache_bytes(),
-        "cached_decode_flops": few_rows("cached_decode_flops"),
+        # each kernel's batch-1 read re-reading a working set of MiB, over the sum's stream read (the step's weights)
+        "reread_over_read": {name: {str(mib): best[f"reread_over_read_{name}_{mib}"] for mib in reread_sizes(stream_mib)}
+                             for name in KERNELS},
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
-        "cached_gemv_bytes_s": {name: best[f"cached_gemv_bytes_s_{name}"] for name in KERNELS},
-        "cached_gemv_over_read": {name: best[f"cached_gemv_over_read_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": _cpu_name(), "cpus": os.cpu_count(),
@@ -525,17 +555,15 @@ def cpu_probe(refresh: bool = False) -> dict:
 
 def probe_at_read(probe: dict, sum_read_bytes_s: float) -> dict:
     """The probe as if its memory had read `sum_read_bytes_s` (a sum over its stream, as read_bytes_s_sum): every
-    read rate scaled by that over the probe's own sum read (the read curve, and with it the cache-sized working
-    set's rates), each kernel's batch-1 rate its paired ratio times that read, the few-row rates as few_row_rates_at
-    puts them at that read, the compute rates unchanged. For
+    read rate scaled by that over the probe's own sum read (the read curve), each kernel's batch-1 rates their paired
+    ratios times that read (the stream's here; the re-read curve's ratios, kept, follow read_bytes_s_sum), the few-row
+    rates as few_row_rates_at puts them at that read, the compute rates unchanged. For
     comparing the planner with steps timed in another memory state than the probe's, on a machine whose memory speed
     moves (perf/engine_bench.py pairs each slice of steps with a read)."""
     scale = sum_read_bytes_s / probe["read_bytes_s_sum"]
     gemv = {name: ratio * sum_read_bytes_s for name, ratio in probe["gemv_over_read"].items()}
     curve = {mib: rate * scale for mib, rate in probe["read_curve_bytes_s"].items()}
-    cached_read = curve.get(str(probe.get("cached_mib", CACHED_MIB)), sum_read_bytes_s)
     return {**probe, "read_bytes_s_sum": sum_read_bytes_s, "read_curve_bytes_s": curve, "gemv_bytes_s": gemv,
-            "cached_gemv_bytes_s": {name: ratio * cached_read for name, ratio in probe["cached_gemv_over_read"].items()},
             "bandwidth_bytes_s": max(sum_read_bytes_s, *gemv.values()),
             **({"decode_flops": few_row_rates_at(probe, sum_read_bytes_s)} if "decode_over_read" in probe else {})}
 

@@ -73,43 +73,38 @@ class HardwareSpec:
         """The rate of a decode step's matmuls at `batch` rows: on the CPU the probed rate of the engine's
         few-row kernels at that many rows (linear between the probed batches, the nearest one outside them),
         below what its prefill kernels reach; elsewhere the device's peak. With `step_bytes` (what the step
-        re-reads), between the rates probed over the big stream and over a cache-sized one, by where those
-        bytes fall on the read curve (all the way to the cached rate where they read as fast)."""
+        re-reads), in the memory state that working set reads in: its re-read rate over the stream's
+        (reread_gain) as a faster memory, which moves a memory-bound pass up to its rate in cache (few_row_rates_at)."""
         kernel = self.compute_type(weights)
         rates = (self.probe.get("decode_flops") or {}).get(kernel) if self.kind == "cpu" else None
         if not rates:
             return self.peak_flops(weights)
-        streamed = _interpolate([(int(rows), rate) for rows, rate in rates.items()], batch)  # JSON keys are strings
-        cached_rates = (self.probe.get("cached_decode_flops") or {}).get(kernel)
-        if not cached_rates:
-            return streamed
-        cached = _interpolate([(int(rows), rate) for rows, rate in cached_rates.items()], batch)
-        return self._between_stream_and_cache(streamed, cached, step_bytes)
+        gain = self.reread_gain(weights, step_bytes)
+        if gain > 1 and "decode_flops_streamed" in self.probe:
+            from toolkit.plan.cpu_probe import few_row_rates_at  # imports this module
+
+            rates = few_row_rates_at(self.probe, self.probe["read_bytes_s_sum"] * gain)[kernel]
+        return _interpolate([(int(rows), rate) for rows, rate in rates.items()], batch)  # JSON keys are strings
 
     def weight_read_bytes(self, weights: str, step_bytes: float | None = None) -> float:
-        """How fast a decode step reads this format's weights: on the CPU, the probed streaming rate of the
-        engine's own kernel for it (a kernel may read below the memory roof), with `step_bytes` moved towards its
-        rate over a cache-sized working set as decode_peak_flops; elsewhere the bandwidth."""
+        """How fast a decode step reads this format's weights: on the CPU, the engine's own kernel for it at batch 1
+        re-reading `step_bytes` (the probe's re-read curve, as a ratio to the sum read; the stream's without a size),
+        or on an older probe its streaming rate (a kernel may read below the memory roof); elsewhere the bandwidth."""
         if self.kind != "cpu":
             return self.bandwidth_bytes
         kernel = self.compute_type(weights)
-        streamed = (self.probe.get("gemv_bytes_s") or {}).get(kernel)
-        if not streamed:
-            return self.bandwidth_bytes
-        cached = (self.probe.get("cached_gemv_bytes_s") or {}).get(kernel)
-        return self._between_stream_and_cache(streamed, cached, step_bytes) if cached else streamed
+        curve = (self.probe.get("reread_over_read") or {}).get(kernel)
+        if curve:
+            return _reread_ratio(curve, step_bytes) * self.probe["read_bytes_s_sum"]
+        return (self.probe.get("gemv_bytes_s") or {}).get(kernel) or self.bandwidth_bytes
 
-    def _between_stream_and_cache(self, streamed: float, cached: float, step_bytes: float | None) -> float:
-        """A rate probed over the big stream and over the cache-sized working set, taken at `step_bytes` by where
-        those bytes fall on the read curve between the two sizes (the streamed rate without a curve or a size)."""
-        if not self.probe.get("read_curve_bytes_s") or not step_bytes:
-            return streamed
-        at_stream = self._read_rate_at(self.probe.get("stream_mib", 128) * 2**20)
-        at_cached = self._read_rate_at(self.probe.get("cached_mib", 32) * 2**20)
-        if at_cached <= at_stream * 1.05:  # no cache to speak of at these sizes
-            return streamed
-        share = (self._read_rate_at(step_bytes) - at_stream) / (at_cached - at_stream)
-        return streamed + (cached - streamed) * min(1.0, max(0.0, share))
+    def reread_gain(self, weights: str, step_bytes: float | None) -> float:
+        """How much faster than the stream this format's kernel reads `step_bytes` it re-reads every step (at least
+        1; 1 on a GPU, on an older probe or without a size)."""
+        curve = (self.probe.get("reread_over_read") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
+        if not curve or not step_bytes:
+            return 1.0
+        return _reread_ratio(curve, step_bytes) / _reread_ratio(curve, None)
 
     def _read_rate_at(self, nbytes: float) -> float:
         """The probe's read rate re-reading a working set of `nbytes` (its curve, interpolated in log size); past the
@@ -136,6 +131,17 @@ class HardwareSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _reread_ratio(curve: dict[str, float], nbytes: float | None) -> float:
+    """A re-read curve ({MiB: ratio to the sum's stream read}) at `nbytes`, interpolated in log size; the smallest
+    set's ratio below it, the stream's (its largest) above it or without a size. Each set reads at least as fast as any
+    larger one (a point below a larger set's is noise: nothing re-reads more bytes faster)."""
+    points, floor = [], 0.0
+    for mib, ratio in sorted(((int(m), r) for m, r in curve.items()), reverse=True):
+        floor = max(floor, ratio)
+        points.append((math.log2(mib * 2**20), floor))
+    return _interpolate(points, math.log2(nbytes) if nbytes else points[0][0])
 
 
 def _interpolate(points: list[tuple[float, float]], x: float) -> float:
