@@ -43,7 +43,12 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   columns can fall in different states (the bf16 column 1.53x the planner in one run, 15:44, the probe fast and
   the steps slow), where no planner with one bandwidth can be within 20 % of both. And at every batch (since
   2026-11-27 evening): one read after each batch's run, the planner moved to the state of the read after that
-  batch's best run, its error beside the plain one (the GB/s read in brackets).
+  batch's best run, its error beside the plain one (the GB/s read in brackets). Since 2026-11-27 night the format's
+  kernel is probed again after each batch's run instead (cpu_probe.reprobe_kernel: its batch-1 stream and re-read
+  curve and its few-row passes, each paired with a sum read, ~2-6 s; `--no-reprobe` for the move by the read alone),
+  and the planner set against each batch with the probe taken after its best run (the sum's GB/s there in brackets):
+  the kernels' reads over a sum's differ between this VM's states, so moving a probe by the sum read alone does not
+  carry it from one state to the other.
 - in the step: one more decode run per batch with the C decode step timing each part of its steps in place
   (native_kernels.STEP_PARTS): the GEMMs' rate there beside the rate the planner charges them (the probe's, which
   times each kernel on its own), and attention's ms per step.
@@ -243,13 +248,17 @@ def _paired_cell(paired: dict) -> str:
 
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
                  threads: int | None = None, repeats: int = 1, device: str = "cpu", read_rate=None, read_once=None,
-                 plan_at=None, **runner_options) -> dict:
+                 plan_at=None, reprobe=None, **runner_options) -> dict:
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
     start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
     (_paired_floor), with plan_at (fn(read, batch) -> the planner's DecodeStep in that memory state) the planner's
     error paired too; and taken after each batch's run, so that the planner is also set against each batch's best run
-    in the memory state that run saw (result["planner_at_read_ms"])."""
+    in the memory state that run saw (result["planner_at_read_ms"]). reprobe: fn() -> (the probe taken again for this
+    format's kernel in the memory state of now: cpu_probe.reprobe_kernel, the planner's DecodeStep at a batch from it),
+    taken after each batch's run instead of moving the probe by the read alone: the kernels' reads over a sum's differ
+    between this VM's states, so a probe moved from one state to the other by the sum read was 25-36 % off where one
+    taken in the state was within 20 %."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
@@ -278,6 +287,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     # each repeat so that every batch samples the whole run (not batch 1 in a fast minute, 16 in a slow one).
     medians: dict[int, list[float]] = {batch: [] for batch in batches}
     reads_after: dict[int, list[float]] = {batch: [] for batch in batches}
+    probes_after: dict[int, list] = {batch: [] for batch in batches}
     result["read_rates"] = []
     # What a batch-1 step reads: the weights and the KV cache at the decode's mean context.
     result["step_bytes"] = runner.weight_bytes + (isl + osl / 2) * runner.kv_bytes_per_token
@@ -286,6 +296,8 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
             medians[batch].append(_median_step(runner, batch, isl, osl))
             if read_once is not None:  # three reads, the median: one read alone once ran 17 GB/s in a 33-55 minute
                 reads_after[batch].append(statistics.median(read_once() for _ in range(3)))
+            if reprobe is not None:
+                probes_after[batch].append(reprobe())
             if batch == 1 and read_rate is not None:
                 result["read_rates"].append(read_rate(result["step_bytes"]))
         # TTFT too over the format's minutes, as ITL, not only its first second: three prefills back to back had
@@ -299,6 +311,10 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
         best = {batch: reads_after[batch][m.index(min(m))] for batch, m in medians.items()}
         result["itl_read_bytes_s"] = best
         steps = {batch: plan_at(read, batch) for batch, read in best.items()}
+        if reprobe is not None:  # the planner probed again right after each batch's best run
+            taken = {batch: probes_after[batch][m.index(min(m))] for batch, m in medians.items()}
+            steps = {batch: plan(batch) for batch, (_, plan) in taken.items()}
+            result["reprobe_read_bytes_s"] = {batch: probe["read_bytes_s_sum"] for batch, (probe, _) in taken.items()}
         result["planner_at_read_ms"] = {batch: step.seconds * 1e3 for batch, step in steps.items()}
         result["planner_bound_at_read"] = {batch: step.bound for batch, step in steps.items()}
     result["in_step"] = _in_step_parts(runner, batches, isl, osl)
@@ -591,6 +607,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="torch threads (default: the engine's default_threads())")
     parser.add_argument("--step-cost-ms", type=float, help="the per-step cost beyond GEMMs and attention, instead of measuring it (then none per sequence)")
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--no-reprobe", action="store_true",
+                        help="set the planner against each column with the start's probe moved by the read after it, "
+                             "not with its kernel probed again there (faster: ~1 minute less per format)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -598,7 +617,7 @@ def main() -> None:
 
     from toolkit.engine.runtime.model_runner import default_threads
     from toolkit.model.spec import load_model_spec
-    from toolkit.plan.cpu_probe import measure_cpu, probe_at_read, spec_from_probe, stream_reader
+    from toolkit.plan.cpu_probe import measure_cpu, probe_at_read, reprobe_kernel, spec_from_probe, stream_reader
     from toolkit.plan.roofline import (cpu_crossover_batch, cpu_decode_step, cpu_decode_step_seconds,
                                        cpu_prefill_seconds, weights_for)
 
@@ -632,9 +651,13 @@ def main() -> None:
         def plan_at(read: float, batch: int, qformat=qformat):  # the planner's step in the memory state read
             return cpu_decode_step(spec, qformat, batch, context, probe=probe_at_read(probe, read * as_sum))
 
+        def reprobe(qformat=qformat):  # the probe of this format's kernel taken again now, and the planner from it
+            now = reprobe_kernel(probe, hardware.compute_type(weights_for(qformat)))
+            return now, lambda batch: cpu_decode_step(spec, qformat, batch, context, probe=now)
+
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
                          read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once,
-                         plan_at=plan_at)
+                         plan_at=plan_at, reprobe=None if args.no_reprobe else reprobe)
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
         step_bytes = r["step_bytes"]
         r["working_set_factor"] = hardware.working_set_factor(step_bytes)  # the planner's, from the probe
@@ -734,7 +757,8 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
         planner = r["planner_ms"][batches[0]]
         errors = " / ".join(f"{(r['planner_ms'][b] / itl[b] - 1) * 100:+.0f}" for b in batches)
         if "planner_at_read_ms" in r:
-            errors += "; " + " / ".join(f"{(r['planner_at_read_ms'][b] / itl[b] - 1) * 100:+.0f} ({r['itl_read_bytes_s'][b] / 1e9:.0f})"
+            reads = r.get("reprobe_read_bytes_s") or r["itl_read_bytes_s"]
+            errors += "; " + " / ".join(f"{(r['planner_at_read_ms'][b] / itl[b] - 1) * 100:+.0f} ({reads[b] / 1e9:.0f})"
                                         for b in batches)
         peer = [f"{k} {peers[k]['itl_ms']:.2f} (x{itl[batches[0]] / peers[k]['itl_ms']:.2f})"
                 for k in PEER_FOR[q] if k in peers]

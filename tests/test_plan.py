@@ -520,6 +520,17 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     assert fresh["measured"] != "on an older build" and fresh["kernels"] == cpu_probe.kernels_digest()
     spec = spec_from_probe(again)
     assert spec.kind == "cpu" and spec.peak_tflops["int4"] == again["flops"]["int4"] / 1e12
+    # One kernel probed again in this moment's memory state (engine_bench's planner against each column): its
+    # state-moved figures measured anew, every other kernel's ratios kept and moved to this moment's sum read
+    before = json.loads(json.dumps(again))
+    now = cpu_probe.reprobe_kernel(again, "int4")
+    assert now["read_bytes_s_sum"] > 0 and again == before  # the probe itself unchanged
+    for field in ("gemv_over_read", "reread_over_read", "decode_flops_streamed", "decode_over_read"):
+        assert {k: v for k, v in now[field].items() if k != "int4"} == {k: v for k, v in again[field].items() if k != "int4"}
+        assert now[field]["int4"] != again[field]["int4"] and (field == "gemv_over_read" or set(now[field]["int4"]) == set(again[field]["int4"]))
+    assert now["decode_flops"] == cpu_probe.few_row_rates_at(now, now["read_bytes_s_sum"])
+    assert now["gemv_bytes_s"]["int4"] == pytest.approx(now["gemv_over_read"]["int4"] * now["read_bytes_s_sum"])
+    assert now["flops"] == again["flops"] and now["decode_flops_in_cache"] == again["decode_flops_in_cache"]
     assert again["measured"] in spec.source and "spread" in spec.source
 
 

@@ -356,18 +356,14 @@ def paired_read_ratio(name: str, mib: int, plain, pairs: int = GEMV_PAIRS) -> fl
     return statistics.median(kernel() / plain() for _ in range(pairs))
 
 
-def _probe_round(stream_mib: int, repeats: int) -> dict:
-    import torch
-
-    figures = {}
-    # Streaming: [out, 4096] weights of ~stream_mib MiB in the kernel's own storage, batch 1, as its ratio to a sum
-    # over the same bytes (measure_cpu scales it by the best sum read); and re-reading working sets of REREAD_MIB as a
-    # step re-reads its weights (_reread_ratios).
-    plain = stream_reader("sum", stream_mib)
-    for name in KERNELS:
-        figures[f"gemv_over_read_{name}"] = paired_read_ratio(name, stream_mib, plain)
-        figures.update({f"reread_over_read_{name}_{mib}": ratio
-                        for mib, ratio in _reread_ratios(name, stream_mib, plain, repeats).items()})
+def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> dict:
+    """Kernel `name`'s figures that move with the memory's state, each paired with a sum's stream read (plain:
+    stream_reader("sum", stream_mib)): its batch-1 read over [out, 4096] weights of ~stream_mib MiB (gemv_over_read_),
+    re-reading working sets of REREAD_MIB as a step re-reads its weights (reread_over_read_, _reread_ratios), and its
+    few-row passes (decode_flops_, decode_over_read_)."""
+    figures = {f"gemv_over_read_{name}": paired_read_ratio(name, stream_mib, plain)}
+    figures.update({f"reread_over_read_{name}_{mib}": ratio
+                    for mib, ratio in _reread_ratios(name, stream_mib, plain, repeats).items()})
     # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
     # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
     # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
@@ -375,12 +371,51 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # DECODE_IN_FEATURES: each output costs a reduction beside its dot product, so shorter rows run slower
     # (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small preset's 768, 2026-11-23).
     # Each pass paired with a sum read (measure_cpu moves its rate to the best read's memory state: few_row_rates_at).
+    rates, shares = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20,
+                                    repeats, as_in_step=True, plain=plain)
+    figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
+    figures.update({f"decode_over_read_{name}_{rows}": share for rows, share in shares.items()})
+    return figures
+
+
+def reprobe_kernel(probe: dict, name: str, repeats: int = 1) -> dict:
+    """`probe` as if it had been taken now, in this moment's memory state, for kernel `name`: that kernel's figures that
+    move with the state measured again (_memory_state_figures, one round) and every read rate moved to the median sum
+    read paired with them (probe_at_read). On a machine whose memory speed moves, a probe taken in one state says
+    little of another: on the 2-core Zen 4 VM the kernels' re-reads over a sum's stream differ between its states
+    (INT8-SQ's stream 0.75 of the sum in the fast one, 1.11 in the slow one; int4 re-reading 53 MiB 1.04 and 1.48,
+    2026-11-27). perf/engine_bench.py sets the planner against each column with the probe taken so right after it."""
+    sums = []
+
+    def plain() -> float:
+        sums.append(read())
+        return sums[-1]
+
+    read = stream_reader("sum", probe["stream_mib"])
+    read()  # first call: page faults
+    figures = _memory_state_figures(name, probe["stream_mib"], plain, repeats)
+    now = probe_at_read(probe, statistics.median(sums))
+    for key, stored in (("gemv_over_read", None), ("reread_over_read", "mib"), ("decode_flops_streamed", "rows"),
+                        ("decode_over_read", "rows")):
+        prefix = {"decode_flops_streamed": "decode_flops"}.get(key, key)
+        if stored is None:
+            now[key] = {**probe[key], name: figures[f"{prefix}_{name}"]}
+        else:
+            sizes = reread_sizes(probe["stream_mib"]) if stored == "mib" else DECODE_ROWS
+            now[key] = {**probe[key], name: {str(x): figures[f"{prefix}_{name}_{x}"] for x in sizes}}
+    now["gemv_bytes_s"] = {**now["gemv_bytes_s"], name: now["gemv_over_read"][name] * now["read_bytes_s_sum"]}
+    now["decode_flops"] = few_row_rates_at(now, now["read_bytes_s_sum"])
+    return now
+
+
+def _probe_round(stream_mib: int, repeats: int) -> dict:
+    import torch
+
+    figures = {}
+    plain = stream_reader("sum", stream_mib)
     for name in KERNELS:
-        rates, shares = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20,
-                                        repeats, as_in_step=True, plain=plain)
-        figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
-        figures.update({f"decode_over_read_{name}_{rows}": share for rows, share in shares.items()})
-        # ... and with the weights in cache: what a memory-bound pass can reach in a faster memory state
+        figures.update(_memory_state_figures(name, stream_mib, plain, repeats))
+        # ... and the few-row passes with the weights in cache: what a memory-bound pass can reach in a faster state
         in_cache_rows = min(DECODE_MATRIX_ROWS, int(FEW_ROW_CACHED_MIB * 2**20 / DECODE_IN_FEATURES / _WEIGHT_BYTES[name]))
         rates, _ = _streamed_rates(name, DECODE_ROWS, in_cache_rows, DECODE_IN_FEATURES, FEW_ROW_CACHED_MIB * 2**20,
                                    repeats, as_in_step=True, calls=FEW_ROW_CACHED_CALLS)
