@@ -236,6 +236,10 @@ def test_plan_outputs(tmp_path):
     # The CPU engine is one process: no per-GPU repeats of the totals, no tensor parallelism to pick.
     cpu_table = render_table(make_plan(known_model_spec("mistral-7b"), cpu, Deployment(weights="int4_awq")))
     assert "KV capacity" in cpu_table and "per GPU" not in cpu_table and "smallest TP" not in cpu_table
+    # ... and the rate its step reads the weights at: the int4 kernel re-reading 3.9 GB, its stream's 1.2 x 20 GB/s
+    reread = spec_from_probe({**PROBE, "read_bytes_s_sum": 20e9, "reread_over_read": {"int4": {"16": 3.0, "128": 1.2}}})
+    cpu_table = render_table(make_plan(known_model_spec("mistral-7b"), reread, Deployment(weights="int4_awq")))
+    assert "at the 24.0 GB/s its kernel re-reads them at, step after step" in cpu_table
 
 
 # --- the format table drives the config, quantize and the planner ---------------------------------

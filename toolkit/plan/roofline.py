@@ -70,6 +70,7 @@ class DecodeStep:
     seconds: float
     bound: str  # memory | compute
     attention_s: float = 0.0  # CPU: the attention kernel's own time (probed rate), beside its KV read
+    weight_read_bytes_s: float = 0.0  # the rate the step reads its weights at (CPU: its kernel re-reading them)
 
 
 def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, context_tokens: float) -> DecodeStep:
@@ -79,7 +80,8 @@ def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, co
     # A step re-reads the same weights and KV: on a CPU whose last-level cache holds part of them it reads faster
     # than the probe's stream (as far as its kernels are memory-bound: their rates probed both ways); 1 elsewhere.
     step_bytes = weights_read + kv_read  # both per GPU / pipeline stage
-    weights_s = weights_read / hw.weight_read_bytes(d.weights, step_bytes) * d.pp
+    weight_rate = hw.weight_read_bytes(d.weights, step_bytes)
+    weights_s = weights_read / weight_rate * d.pp
     kv_s = kv_read / (hw.bandwidth_bytes * hw.working_set_factor(step_bytes)) * d.pp
     memory_s = weights_s + kv_s
     rate = hw.decode_peak_flops(d.weights, max(batch, 1), step_bytes)
@@ -99,7 +101,7 @@ def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, co
         attention_s = 0.0
         seconds = max(memory_s, compute_s) + allreduce_s + overhead_s
     return DecodeStep(batch, memory_s, compute_s, allreduce_s, overhead_s, seconds,
-                      "compute" if compute_s > memory_s else "memory", attention_s)
+                      "compute" if compute_s > memory_s else "memory", attention_s, weight_rate)
 
 
 def crossover_batch(spec: ModelSpec, hw: HardwareSpec, d: Deployment, context_tokens: float) -> float | None:
@@ -169,6 +171,7 @@ class Roofline:
     prefill_expected_s: float
     decode_step_floor_s: float  # at the planned batch
     decode_step_floor_batch1_s: float
+    decode_weight_read_bytes_s: float  # at the planned batch (CPU: the kernel re-reading the step's bytes)
     decode_allreduce_s: float
     step_overhead_s: float
     ttft_s: float
@@ -205,6 +208,7 @@ def plan_roofline(spec: ModelSpec, hw: HardwareSpec, d: Deployment, mem: MemoryP
         prefill_bound="compute" if prefill_ai >= crossover else "memory",
         decode_bound=step.bound, prefill_floor_s=prefill_floor, prefill_expected_s=prefill_expected,
         decode_step_floor_s=step.seconds, decode_step_floor_batch1_s=decode_step(spec, hw, d, 1, context).seconds,
+        decode_weight_read_bytes_s=step.weight_read_bytes_s,
         decode_allreduce_s=step.allreduce_s, step_overhead_s=hw.step_overhead_s, ttft_s=prefill_expected,
         tpot_s=step.seconds, e2e_s=prefill_expected + (d.osl - 1) * step.seconds, decode_by_batch=points)
 

@@ -163,6 +163,9 @@ def render_table(plan: dict) -> str:
                    f"step floor {_ms(r['decode_step_floor_s'])} at batch {d['batch']}"
                    + (f" ({_ms(r['decode_step_floor_batch1_s'])} at batch 1)" if d["batch"] != 1 else "")
                    + f"; reading the weights alone {_ms(m['weight_bytes_per_gpu'] / (g['bandwidth_tbs'] * 1e12))}"
+                   + (f" ({_ms(m['weight_bytes_per_gpu'] / r['decode_weight_read_bytes_s'])} at the "
+                      f"{r['decode_weight_read_bytes_s'] / 1e9:,.1f} GB/s its kernel re-reads them at, step after step)"
+                      if not gpus and r.get("decode_weight_read_bytes_s") else "")
                    + (f", all-reduce {_ms(r['decode_allreduce_s'])}" if d["tp"] > 1 else "")
                    + (f", fixed {_ms(r['step_overhead_s'])}" if r["step_overhead_s"] else "")),
         ("request", f"ISL {d['isl']:,}, OSL {d['osl']:,} at batch {d['batch']}: TTFT {_ms(r['ttft_s'])}, "
