@@ -56,6 +56,19 @@ def test_each_target_is_judged_with_its_figures():
     assert by_target["TTFT within"].met is True  # 50 / 45 = 1.11
 
 
+def test_the_planner_is_judged_on_each_run_against_the_planner_probed_after_it_where_the_run_has_it():
+    report = _report()
+    for row in report["rows"].values():
+        row["planner_at_read_ms"] = {b: v * 1.3 for b, v in row["itl_ms"].items()}  # the best runs: 30 % off
+        row["planner_paired_error"] = {"1": 0.12, "8": -0.05}  # each run against its own probe: the median
+    planner = next(v for v in verdicts(report) if v.target.startswith("the planner"))
+    assert planner.met is True and "own memory state: 0 of 4 cells" in planner.figures
+    assert "probed right after it (the median over runs): 4 of 4 cells" in planner.figures
+    report["rows"]["int4_awq"]["planner_paired_error"]["8"] = -0.21
+    planner = next(v for v in verdicts(report) if v.target.startswith("the planner"))
+    assert planner.met is False and "int4_awq at 8 -21%" in planner.figures
+
+
 def test_the_planner_is_judged_in_each_columns_own_memory_state_where_the_run_has_it():
     report = _report()
     for row in report["rows"].values():  # moved to each column's read, every cell within 20 %
