@@ -378,13 +378,15 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
     return figures
 
 
-def reprobe_kernel(probe: dict, name: str, repeats: int = 1) -> dict:
+def reprobe_kernel(probe: dict, name: str, repeats: int = 3) -> dict:
     """`probe` as if it had been taken now, in this moment's memory state, for kernel `name`: that kernel's figures that
     move with the state measured again (_memory_state_figures, one round) and every read rate moved to the median sum
     read paired with them (probe_at_read). On a machine whose memory speed moves, a probe taken in one state says
     little of another: on the 2-core Zen 4 VM the kernels' re-reads over a sum's stream differ between its states
     (INT8-SQ's stream 0.75 of the sum in the fast one, 1.11 in the slow one; int4 re-reading 53 MiB 1.04 and 1.48,
-    2026-11-27). perf/engine_bench.py sets the planner against each column with the probe taken so right after it."""
+    2026-11-27). perf/engine_bench.py sets the planner against each column with the probe taken so right after it.
+    `repeats` timed passes at each row count, the best, as in the probe's rounds (with one, a compute-bound W4A8 pass
+    at 8 rows came out slow in two of three reprobes and put the planner +34..+39 % off those runs, run ff)."""
     sums = []
 
     def plain() -> float:
