@@ -322,6 +322,9 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
                       for batch, m in medians.items()}
             result["planner_paired_errors"] = errors
             result["planner_paired_error"] = {batch: statistics.median(e) for batch, e in errors.items()}
+            # each run's step and the probe after it, for the roofline with the costs measured below (main)
+            result["_runs_and_probes"] = {batch: [(run, probe) for run, (probe, _) in zip(m, probes_after[batch])]
+                                          for batch, m in medians.items()}
         result["planner_at_read_ms"] = {batch: step.seconds * 1e3 for batch, step in steps.items()}
         result["planner_bound_at_read"] = {batch: step.bound for batch, step in steps.items()}
     result["in_step"] = _in_step_parts(runner, batches, isl, osl)
@@ -683,6 +686,13 @@ def main() -> None:
         step_cost = r["step_cost_ms"] / 1e3 - per_sequence if given_step_cost is None else given_step_cost
         r["roofline_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe, step_overhead_s=step_cost,
                                                         sequence_overhead_s=per_sequence) * 1e3 for b in batches}
+        # ... and each run over the roofline from the probe taken right after it, the median over a batch's runs (a
+        # roofline in the probe's memory state does not bound a step run in the other one: run hh, probe fast)
+        if "_runs_and_probes" in r:
+            r["roofline_paired_ratio"] = {b: statistics.median(
+                run / cpu_decode_step_seconds(spec, qformat, b, context, probe=now, step_overhead_s=step_cost,
+                                              sequence_overhead_s=per_sequence) for run, now in pairs)
+                for b, pairs in r.pop("_runs_and_probes").items()}
         # ... and with its default (per-layer) step cost, as `toolkit plan` predicts without this benchmark
         planned = {b: cpu_decode_step(spec, qformat, b, context, probe=probe) for b in batches}
         r["planner_ms"] = {b: step.seconds * 1e3 for b, step in planned.items()}
@@ -780,7 +790,8 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
                      + f"{itl[batches[0]] / r['floor_ms']:.2f} | "
                      + (f"{_paired_cell(r['paired'])} | " if "paired" in r else "- | ")
                      + f"{itl[batches[0]] / r['reread_floor_ms']:.2f} ({r['reread_bandwidth'] / 1e9:.1f}) | "
-                     + " | ".join(f"{itl[b] / roof[b]:.2f}" for b in batches)
+                     + " | ".join(f"{itl[b] / roof[b]:.2f}" + (f" ({r['roofline_paired_ratio'][b]:.2f} paired)"
+                                                               if "roofline_paired_ratio" in r else "") for b in batches)
                      + f" | {planner:.2f} ({errors} %) | {_in_step_cell(r) or '-'} | {'; '.join(peer) or '-'}"
                      + f" | {'; '.join(batched) or '-'} | {_openvino_cell(openvino.get(OV_FOR[q]), OV_FOR[q], itl, batches)} |")
     return "\n".join(lines)

@@ -69,6 +69,16 @@ def test_the_planner_is_judged_on_each_run_against_the_planner_probed_after_it_w
     assert planner.met is False and "int4_awq at 8 -21%" in planner.figures
 
 
+def test_the_roofline_is_judged_on_each_run_against_the_roofline_probed_after_it_where_the_run_has_it():
+    report = _report()
+    report["rows"]["int4_awq"]["roofline_paired_ratio"] = {"1": 1.05, "8": 1.25}
+    report["rows"]["none"]["roofline_paired_ratio"] = {"1": 1.0, "8": 1.1}
+    roofline = next(v for v in verdicts(report) if v.target.startswith("every step"))
+    # as probed INT4-AWQ at 8 is 1.33 (over); against each run's own probe 1.25
+    assert roofline.met is True and "as probed: 3 of 4 cells" in roofline.figures
+    assert "(the median over runs): 4 of 4 cells, 1.00-1.25" in roofline.figures
+
+
 def test_the_planner_is_judged_in_each_columns_own_memory_state_where_the_run_has_it():
     report = _report()
     for row in report["rows"].values():  # moved to each column's read, every cell within 20 %
