@@ -378,6 +378,16 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
     return figures
 
 
+def _state_fields(figures: dict, name: str, stream_mib: int) -> dict:
+    """Kernel `name`'s _memory_state_figures (flat keys, as a probe round names them) as the probe stores them, by
+    field: {"gemv_over_read": ratio, "reread_over_read": {MiB: ratio}, "decode_flops_streamed": {rows: FLOP/s},
+    "decode_over_read": {rows: ratio}} (JSON keys)."""
+    return {"gemv_over_read": figures[f"gemv_over_read_{name}"],
+            "reread_over_read": {str(mib): figures[f"reread_over_read_{name}_{mib}"] for mib in reread_sizes(stream_mib)},
+            "decode_flops_streamed": {str(rows): figures[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS},
+            "decode_over_read": {str(rows): figures[f"decode_over_read_{name}_{rows}"] for rows in DECODE_ROWS}}
+
+
 def reprobe_kernel(probe: dict, name: str, repeats: int = 3) -> dict:
     """`probe` as if it had been taken now, in this moment's memory state, for kernel `name`: that kernel's figures that
     move with the state measured again (_memory_state_figures, one round) and every read rate moved to the median sum
@@ -397,14 +407,8 @@ def reprobe_kernel(probe: dict, name: str, repeats: int = 3) -> dict:
     read()  # first call: page faults
     figures = _memory_state_figures(name, probe["stream_mib"], plain, repeats)
     now = probe_at_read(probe, statistics.median(sums))
-    for key, stored in (("gemv_over_read", None), ("reread_over_read", "mib"), ("decode_flops_streamed", "rows"),
-                        ("decode_over_read", "rows")):
-        prefix = {"decode_flops_streamed": "decode_flops"}.get(key, key)
-        if stored is None:
-            now[key] = {**probe[key], name: figures[f"{prefix}_{name}"]}
-        else:
-            sizes = reread_sizes(probe["stream_mib"]) if stored == "mib" else DECODE_ROWS
-            now[key] = {**probe[key], name: {str(x): figures[f"{prefix}_{name}_{x}"] for x in sizes}}
+    for field, value in _state_fields(figures, name, probe["stream_mib"]).items():
+        now[field] = {**probe[field], name: value}
     now["gemv_bytes_s"] = {**now["gemv_bytes_s"], name: now["gemv_over_read"][name] * now["read_bytes_s_sum"]}
     now["decode_flops"] = few_row_rates_at(now, now["read_bytes_s_sum"])
     return now
@@ -508,18 +512,15 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
     best = {k: statistics.fmean(r[k] for r in runs) if "_over_read_" in k and not k.startswith("reread_")
             else max(r[k] for r in runs) for k in runs[0]}
 
-    def few_rows(prefix: str) -> dict:
-        return {name: {str(rows): best[f"{prefix}_{name}_{rows}"] for rows in DECODE_ROWS}  # JSON keys
-                for name in KERNELS}
-
     spread = {k: (max(r[k] for r in runs) - min(r[k] for r in runs)) / max(r[k] for r in runs) for k in runs[0]}
     for name in KERNELS:  # each kernel's read rate in the memory state of the best sum read
         best[f"gemv_bytes_s_{name}"] = best[f"gemv_over_read_{name}"] * best["read_bytes_s_sum"]
     reads = {k: v for k, v in best.items() if k.startswith(("gemv_bytes_s_", "read_bytes_s_sum"))}
     roof = max(reads, key=reads.get)
-    paired = {"gemv_over_read": {name: best[f"gemv_over_read_{name}"] for name in KERNELS},
-              "decode_flops_streamed": few_rows("decode_flops"), "decode_over_read": few_rows("decode_over_read"),
-              "decode_flops_in_cache": few_rows("decode_flops_in_cache")}
+    by_kernel = {name: _state_fields(best, name, stream_mib) for name in KERNELS}
+    paired = {field: {name: fields[field] for name, fields in by_kernel.items()} for field in by_kernel[KERNELS[0]]}
+    paired["decode_flops_in_cache"] = {name: {str(rows): best[f"decode_flops_in_cache_{name}_{rows}"] for rows in DECODE_ROWS}
+                                       for name in KERNELS}
     return {
         "version": VERSION,
         "bandwidth_bytes_s": best[roof], "bandwidth_kernel": roof.split("_bytes_s_")[1],
@@ -529,12 +530,10 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "read_curve_bytes_s": {str(mib): best[f"read_bytes_s_at_{mib}"] for mib in READ_CURVE_MIB},  # JSON keys
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
         "prefill_flops": {name: best[f"prefill_flops_{name}"] for name in KERNELS},
-        # the few-row rates in the best sum read's memory state; the passes as measured beside them
+        # the few-row rates in the best sum read's memory state; the passes as measured beside them, and each kernel's
+        # batch-1 read re-reading a working set of MiB over the sum's stream read (reread_over_read: the step's weights)
         "decode_flops": few_row_rates_at(paired, best["read_bytes_s_sum"]), **paired,
         "last_level_cache_bytes": last_level_cache_bytes(),
-        # each kernel's batch-1 read re-reading a working set of MiB, over the sum's stream read (the step's weights)
-        "reread_over_read": {name: {str(mib): best[f"reread_over_read_{name}_{mib}"] for mib in reread_sizes(stream_mib)}
-                             for name in KERNELS},
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,
