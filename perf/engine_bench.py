@@ -248,15 +248,16 @@ def _paired_cell(paired: dict) -> str:
 
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
                  threads: int | None = None, repeats: int = 1, device: str = "cpu", read_rate=None, read_once=None,
-                 plan_at=None, reprobe=None, **runner_options) -> dict:
+                 plan_at=None, reprobe=None, probes_after: dict | None = None, **runner_options) -> dict:
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
     start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
     (_paired_floor), with plan_at (fn(read, batch) -> the planner's DecodeStep in that memory state) the planner's
     error paired too; and taken after each batch's run, so that the planner is also set against each batch's best run
-    in the memory state that run saw (result["planner_at_read_ms"]). reprobe: fn() -> (the probe taken again for this
-    format's kernel in the memory state of now: cpu_probe.reprobe_kernel, the planner's DecodeStep at a batch from it),
-    taken after each batch's run instead of moving the probe by the read alone: the kernels' reads over a sum's differ
+    in the memory state that run saw (result["planner_at_read_ms"]). reprobe: fn() -> the probe taken again for this
+    format's kernel in the memory state of now (cpu_probe.reprobe_kernel), taken after each batch's run, into
+    probes_after (a dict the caller passes: {batch: [(that run's median step in seconds, the probe after it)]}), for
+    the planner and the roofline against each run (_against_probes_after): the kernels' reads over a sum's differ
     between this VM's states, so a probe moved from one state to the other by the sum read was 25-36 % off where one
     taken in the state was within 20 %."""
     from toolkit.engine.runtime.model_runner import ModelRunner
@@ -287,7 +288,8 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     # each repeat so that every batch samples the whole run (not batch 1 in a fast minute, 16 in a slow one).
     medians: dict[int, list[float]] = {batch: [] for batch in batches}
     reads_after: dict[int, list[float]] = {batch: [] for batch in batches}
-    probes_after: dict[int, list] = {batch: [] for batch in batches}
+    if reprobe is not None:
+        probes_after.update({batch: [] for batch in batches})
     result["read_rates"] = []
     # What a batch-1 step reads: the weights and the KV cache at the decode's mean context.
     result["step_bytes"] = runner.weight_bytes + (isl + osl / 2) * runner.kv_bytes_per_token
@@ -297,7 +299,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
             if read_once is not None:  # three reads, the median: one read alone once ran 17 GB/s in a 33-55 minute
                 reads_after[batch].append(statistics.median(read_once() for _ in range(3)))
             if reprobe is not None:
-                probes_after[batch].append(reprobe())
+                probes_after[batch].append((medians[batch][-1], reprobe()))
             if batch == 1 and read_rate is not None:
                 result["read_rates"].append(read_rate(result["step_bytes"]))
         # TTFT too over the format's minutes, as ITL, not only its first second: three prefills back to back had
@@ -311,20 +313,6 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
         best = {batch: reads_after[batch][m.index(min(m))] for batch, m in medians.items()}
         result["itl_read_bytes_s"] = best
         steps = {batch: plan_at(read, batch) for batch, read in best.items()}
-        if reprobe is not None:  # the planner probed again right after each batch's best run
-            taken = {batch: probes_after[batch][m.index(min(m))] for batch, m in medians.items()}
-            steps = {batch: plan(batch) for batch, (_, plan) in taken.items()}
-            result["reprobe_read_bytes_s"] = {batch: probe["read_bytes_s_sum"] for batch, (probe, _) in taken.items()}
-            # ... and every run against the planner probed right after it, the median error over the runs: the best
-            # run picks the luckiest of this VM's moments (W4A8 at 2 sequences as fast as at 1 in run ee), and the
-            # memory can flip between a run and the probe after it
-            errors = {batch: [plan(batch).seconds / run - 1 for run, (_, plan) in zip(m, probes_after[batch])]
-                      for batch, m in medians.items()}
-            result["planner_paired_errors"] = errors
-            result["planner_paired_error"] = {batch: statistics.median(e) for batch, e in errors.items()}
-            # each run's step and the probe after it, for the roofline with the costs measured below (main)
-            result["_runs_and_probes"] = {batch: [(run, probe) for run, (probe, _) in zip(m, probes_after[batch])]
-                                          for batch, m in medians.items()}
         result["planner_at_read_ms"] = {batch: step.seconds * 1e3 for batch, step in steps.items()}
         result["planner_bound_at_read"] = {batch: step.bound for batch, step in steps.items()}
     result["in_step"] = _in_step_parts(runner, batches, isl, osl)
@@ -604,6 +592,26 @@ def bench_openvino(model_dir: Path, kind: str, isl: int, osl: int, threads: int,
 
 # --- the table -------------------------------------------------------------------------------------
 
+def _against_probes_after(probes_after: dict, plan, roofline) -> dict:
+    """The planner and the roofline set against each run with the probe taken right after it (probes_after: {batch:
+    [(run seconds, probe)]}; plan(probe, batch) -> DecodeStep with the planner's default costs; roofline(probe, batch)
+    -> seconds with the costs measured here). For the best run: its planner step and bound and the probe's sum read
+    (planner_at_read_ms, replacing the move by the read alone). For every run, the median over a batch's runs: the
+    planner's error and the step over its roofline (the best run picks the luckiest of this VM's moments, W4A8 at 2
+    sequences as fast as at 1 in run ee, and the memory can flip between a run and the probe after it; a roofline in
+    the probe's memory state does not bound a step run in the other one, run hh)."""
+    best = {batch: min(pairs, key=lambda pair: pair[0]) for batch, pairs in probes_after.items()}
+    steps = {batch: plan(probe, batch) for batch, (_, probe) in best.items()}
+    errors = {batch: [plan(probe, batch).seconds / run - 1 for run, probe in pairs] for batch, pairs in probes_after.items()}
+    return {"reprobe_read_bytes_s": {batch: probe["read_bytes_s_sum"] for batch, (_, probe) in best.items()},
+            "planner_at_read_ms": {batch: step.seconds * 1e3 for batch, step in steps.items()},
+            "planner_bound_at_read": {batch: step.bound for batch, step in steps.items()},
+            "planner_paired_errors": errors,
+            "planner_paired_error": {batch: statistics.median(e) for batch, e in errors.items()},
+            "roofline_paired_ratio": {batch: statistics.median(run / roofline(probe, batch) for run, probe in pairs)
+                                      for batch, pairs in probes_after.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="small")
@@ -661,13 +669,13 @@ def main() -> None:
         def plan_at(read: float, batch: int, qformat=qformat):  # the planner's step in the memory state read
             return cpu_decode_step(spec, qformat, batch, context, probe=probe_at_read(probe, read * as_sum))
 
-        def reprobe(qformat=qformat):  # the probe of this format's kernel taken again now, and the planner from it
-            now = reprobe_kernel(probe, hardware.compute_type(weights_for(qformat)))
-            return now, lambda batch: cpu_decode_step(spec, qformat, batch, context, probe=now)
+        def reprobe(qformat=qformat):  # the probe of this format's kernel taken again now
+            return reprobe_kernel(probe, hardware.compute_type(weights_for(qformat)))
 
+        probes_after = {}
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
                          read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once,
-                         plan_at=plan_at, reprobe=None if args.no_reprobe else reprobe)
+                         plan_at=plan_at, reprobe=None if args.no_reprobe else reprobe, probes_after=probes_after)
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
         step_bytes = r["step_bytes"]
         r["working_set_factor"] = hardware.working_set_factor(step_bytes)  # the planner's, from the probe
@@ -686,13 +694,12 @@ def main() -> None:
         step_cost = r["step_cost_ms"] / 1e3 - per_sequence if given_step_cost is None else given_step_cost
         r["roofline_ms"] = {b: cpu_decode_step_seconds(spec, qformat, b, context, probe=probe, step_overhead_s=step_cost,
                                                         sequence_overhead_s=per_sequence) * 1e3 for b in batches}
-        # ... and each run over the roofline from the probe taken right after it, the median over a batch's runs (a
-        # roofline in the probe's memory state does not bound a step run in the other one: run hh, probe fast)
-        if "_runs_and_probes" in r:
-            r["roofline_paired_ratio"] = {b: statistics.median(
-                run / cpu_decode_step_seconds(spec, qformat, b, context, probe=now, step_overhead_s=step_cost,
-                                              sequence_overhead_s=per_sequence) for run, now in pairs)
-                for b, pairs in r.pop("_runs_and_probes").items()}
+        if probes_after:  # the planner and the roofline against each run, from the probe taken right after it
+            r.update(_against_probes_after(
+                probes_after,
+                lambda now, b, qformat=qformat: cpu_decode_step(spec, qformat, b, context, probe=now),
+                lambda now, b, qformat=qformat, step_cost=step_cost, per_sequence=per_sequence: cpu_decode_step_seconds(
+                    spec, qformat, b, context, probe=now, step_overhead_s=step_cost, sequence_overhead_s=per_sequence)))
         # ... and with its default (per-layer) step cost, as `toolkit plan` predicts without this benchmark
         planned = {b: cpu_decode_step(spec, qformat, b, context, probe=probe) for b in batches}
         r["planner_ms"] = {b: step.seconds * 1e3 for b, step in planned.items()}
