@@ -36,7 +36,7 @@ import torch
 from toolkit.engine.runtime.block_manager import BlockManager, blocks_for, chain_hash
 from toolkit.engine.runtime.sampling import GREEDY, SamplingParams
 from toolkit.engine.runtime.speculative import NgramIndex, SpecCounters
-from toolkit.engine.runtime.step import StepInput
+from toolkit.engine.runtime.step import StepInput, int64_tensor
 
 POLICIES = ("guaranteed_no_evict", "max_utilization")
 
@@ -328,7 +328,6 @@ def build_step_input(batch: list[Scheduled], block_size: int) -> StepInput:
         query_lens.append(len(new))
         context_lens.append(start + len(new))
         tables.append(seq.block_table[:blocks_for(start + len(new), block_size)])
-    as_long = lambda values: torch.tensor(values, dtype=torch.long)  # noqa: E731
-    return StepInput(token_ids=as_long(token_ids), positions=as_long(positions), query_lens=query_lens,
-                     context_lens=context_lens, block_tables=tables, slot_mapping=as_long(slots),
-                     logits_indices=as_long(logits_indices))
+    return StepInput(token_ids=int64_tensor(token_ids), positions=int64_tensor(positions), query_lens=query_lens,
+                     context_lens=context_lens, block_tables=tables, slot_mapping=int64_tensor(slots),
+                     logits_indices=int64_tensor(logits_indices))

@@ -14,7 +14,7 @@ def synthetic_steps(batch: int, isl: int, block_size: int, vocab_size: int = 100
     token at position `pos`. Token ids stay below vocab_size (ids 0-3 are the tokenizers' specials)."""
     import torch
 
-    from toolkit.engine.runtime.step import StepInput
+    from toolkit.engine.runtime.step import StepInput, int64_tensor
 
     per_seq = -(-(isl + 256) // block_size)
     tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
@@ -27,11 +27,11 @@ def synthetic_steps(batch: int, isl: int, block_size: int, vocab_size: int = 100
         return StepInput(torch.tensor(prompt), torch.arange(isl), [isl], [isl], [tables[seq][: -(-isl // block_size)]],
                          slots, torch.tensor([isl - 1]))
 
-    def decode(pos: int) -> StepInput:
-        slots = torch.tensor([tables[s][pos // block_size] * block_size + pos % block_size for s in range(batch)])
+    def decode(pos: int) -> StepInput:  # built as the scheduler builds a step (build_step_input)
+        slots = int64_tensor([tables[s][pos // block_size] * block_size + pos % block_size for s in range(batch)])
         n = pos + 1
-        return StepInput(torch.full((batch,), token), torch.full((batch,), pos), [1] * batch, [n] * batch,
-                         [t[: -(-n // block_size)] for t in tables], slots, torch.arange(batch))
+        return StepInput(int64_tensor([token] * batch), int64_tensor([pos] * batch), [1] * batch, [n] * batch,
+                         [t[: -(-n // block_size)] for t in tables], slots, int64_tensor(range(batch)))
 
     return prefill, decode, per_seq * batch
 
