@@ -81,7 +81,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from engine_targets import OV_FOR, PEER_FOR, verdicts  # noqa: E402  (perf/ is not a package)
+from engine_targets import FLAT_UP_TO, OV_FOR, PEER_FOR, growth_cell, verdicts  # noqa: E402  (perf/ is not a package)
 from toolkit.engine.runtime.step_timing import device_sync, median_decode_step, synthetic_steps  # noqa: E402
 PEERS = ROOT / "perf" / ".peers"
 FORMATS = ("none", "fp8", "int8_sq", "int4_awq", "w4a8_awq")
@@ -116,7 +116,7 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
     (fn(bytes/s read) -> the planner's batch-1 step in seconds, its probe moved to that memory state: probe_at_read),
     the planner's error against each slice ("planner": the median of planner / step - 1), per state too: the probe
     ran in one state, the steps may run in the other, and no planner with one bandwidth is within 20 % of both."""
-    slice_median = _batch1_slices(runner, isl)
+    slice_median = _step_slices(runner, isl)
     steps, rates, ratios, errors = [], [], [], []
     for _ in range(pairs):
         steps.append(slice_median())
@@ -148,12 +148,15 @@ def _memory_states(rates: list[float]) -> dict[str, list[int]]:
     return {state: picked for state, picked in states.items() if len(picked) >= 3}
 
 
-def _batch1_slices(runner, isl: int):
-    """One sequence prefilled with `isl` tokens on `runner`; returns fn() -> the median of SLICE batch-1 decode steps
-    at the same positions (the step's bytes do not change from slice to slice), the first left out: whatever ran
-    between slices (a memory read, another format's steps) evicted the caches."""
-    prefill, decode, _ = _steps(1, isl)
-    runner.forward(prefill(0))
+def _step_slices(runner, isl: int, batch: int = 1):
+    """`batch` sequences prefilled with `isl` tokens on `runner`; returns fn() -> the median of SLICE decode steps of
+    them at the same positions (the step's bytes do not change from slice to slice), the first left out: whatever ran
+    between slices (a memory read, another format's or batch's steps) evicted the caches. The sequences are _steps'
+    (sequence s on the same blocks at every batch, with the same tokens): slices of two batches on one runner write
+    the same values at the same slots."""
+    prefill, decode, _ = _steps(batch, isl)
+    for seq in range(batch):
+        runner.forward(prefill(seq))
     plan = [decode(pos) for pos in range(isl, isl + SLICE)]
 
     def slice_median() -> float:
@@ -165,6 +168,36 @@ def _batch1_slices(runner, isl: int):
         return statistics.median(times[1:])
 
     return slice_median
+
+
+def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, plan_at=None) -> dict:
+    """A step of `batch` sequences over a step of one, paired: `pairs` pairs of slices (SLICE steps at each batch, the
+    order alternating), each pair followed by one memory read, on one runner. The table's columns come from the best
+    of a few 64-step runs each, seconds to minutes apart, and on this VM batch 1's best run can fall in a 55 GB/s
+    moment and batch 8's in a 33 GB/s one (bf16 x1.62 from 1 to 8 as measured, x1.30 scaled by the reads after
+    them, 2026-11-27 run jj): growth between batches in one memory state is a ratio of slices seconds apart.
+    Medians over the pairs, and per memory state (FAST_ABOVE, at least 3 pairs): the ratio, both steps, the read;
+    with plan_at (fn(read, batch) -> the planner's DecodeStep in that memory state), what bounds the step at `batch`
+    at the state's median read ("bound")."""
+    many, one = _step_slices(runner, isl, batch), _step_slices(runner, isl, 1)
+    ones, manys, rates = [], [], []
+    for i in range(pairs):
+        if i % 2:
+            manys.append(many()), ones.append(one())
+        else:
+            ones.append(one()), manys.append(many())
+        rates.append(read_once())
+    ratios = [m / o for o, m in zip(ones, manys, strict=True)]
+
+    def summary(picked: list[int]) -> dict:
+        read = statistics.median(rates[i] for i in picked)
+        out = {"ratio": statistics.median(ratios[i] for i in picked), "bandwidth": read,
+               "one_ms": statistics.median(ones[i] for i in picked) * 1e3,
+               "many_ms": statistics.median(manys[i] for i in picked) * 1e3}
+        return {**out, "bound": plan_at(read, batch).bound} if plan_at is not None else out
+
+    states = {state: {"pairs": len(picked), **summary(picked)} for state, picked in _memory_states(rates).items()}
+    return {"batch": batch, "pairs": pairs, **summary(list(range(pairs))), "states": states}
 
 
 ROUNDS = 32  # rounds of the paired comparison across formats (_paired_formats)
@@ -192,7 +225,7 @@ def _paired_formats(checkpoints: dict[str, Path], isl: int, native: bool, thread
     for qformat, checkpoint in checkpoints.items():
         runner = ModelRunner(checkpoint, num_blocks=blocks, block_size=BLOCK, native=native, threads=threads)
         runner.warm_up(1, isl)
-        slices[qformat] = _batch1_slices(runner, isl)
+        slices[qformat] = _step_slices(runner, isl)
     names = list(slices)
     steps: dict[str, list[float]] = {q: [] for q in names}
     rates = []
@@ -248,7 +281,8 @@ def _paired_cell(paired: dict) -> str:
 
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
                  threads: int | None = None, repeats: int = 1, device: str = "cpu", read_rate=None, read_once=None,
-                 plan_at=None, reprobe=None, probes_after: dict | None = None, **runner_options) -> dict:
+                 plan_at=None, reprobe=None, probes_after: dict | None = None, growth_batch: int | None = None,
+                 **runner_options) -> dict:
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
     start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
@@ -259,7 +293,8 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     probes_after (a dict the caller passes: {batch: [(that run's median step in seconds, the probe after it)]}), for
     the planner and the roofline against each run (_against_probes_after): the kernels' reads over a sum's differ
     between this VM's states, so a probe moved from one state to the other by the sum read was 25-36 % off where one
-    taken in the state was within 20 %."""
+    taken in the state was within 20 %. growth_batch (one of `batches`), with read_once: that batch's step over batch
+    1's, paired (result["paired_growth"], _paired_growth)."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
@@ -318,6 +353,8 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     result["in_step"] = _in_step_parts(runner, batches, isl, osl)
     if read_once is not None:
         result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"], plan_at=plan_at)
+        if growth_batch in batches:
+            result["paired_growth"] = _paired_growth(runner, isl, read_once, growth_batch, plan_at=plan_at)
     # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
     # sequence (norms, RoPE, SwiGLU, KV writes grow with the batch).
     costs = _step_cost_without_gemms(runner, isl, osl, repeats, sorted({1, max(batches)}))
@@ -675,7 +712,8 @@ def main() -> None:
         probes_after = {}
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
                          read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once,
-                         plan_at=plan_at, reprobe=None if args.no_reprobe else reprobe, probes_after=probes_after)
+                         plan_at=plan_at, reprobe=None if args.no_reprobe else reprobe, probes_after=probes_after,
+                         growth_batch=FLAT_UP_TO if qformat == "none" else None)
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
         step_bytes = r["step_bytes"]
         r["working_set_factor"] = hardware.working_set_factor(step_bytes)  # the planner's, from the probe
@@ -721,6 +759,8 @@ def main() -> None:
               + f"x{itl[batches[0]] / r['floor_ms']:.2f}; {r['reread_floor_ms']:.2f} ms re-reading the step's bytes at "
               + f"{r['reread_bandwidth'] / 1e9:.1f}: x{itl[batches[0]] / r['reread_floor_ms']:.2f}"
               + (f"; paired, x (step ms at GB/s): {_paired_cell(r['paired'])}" if "paired" in r else "")
+              + (f"; B={r['paired_growth']['batch']} over B=1, paired: {growth_cell(r['paired_growth'])}"
+                 if "paired_growth" in r else "")
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence"
               + (f"; CPU stolen by the hypervisor {r['steal_pct']:.1f} %" if "steal_pct" in r else "")
               + (f"; in the step, GEMM GFLOP/s (probe's) and attention ms: {_in_step_cell(r)}" if r["in_step"] else ""),

@@ -108,6 +108,28 @@ def test_flat_to_8_streams_is_judged_at_the_same_memory_speed_where_the_reads_di
     assert flat.met is True and "x1.600 from 1 to 8 streams, x0.960 at the same memory speed" in flat.figures
 
 
+def test_flat_to_8_streams_is_judged_on_paired_slices_per_memory_state_where_the_run_has_them():
+    """The table's best runs put bf16 x1.6 from 1 to 8 (batch 1 in a fast moment); slices at 1 and 8 in turn, each pair
+    followed by a read, put it x1.12 in the slow state and x1.45 in the fast one, where the planner has it
+    compute-bound: met. The same fast ratio with the planner memory-bound there: missed."""
+    report = _report()
+    report["rows"]["none"]["planner_bound"]["8"] = "memory"
+    growth = {"batch": 8, "pairs": 24, "ratio": 1.2, "bandwidth": 40e9, "one_ms": 5.0, "many_ms": 6.0,
+              "states": {"slow": {"pairs": 14, "ratio": 1.12, "bandwidth": 33e9, "one_ms": 6.3, "many_ms": 7.06,
+                                  "bound": "memory"},
+                         "fast": {"pairs": 10, "ratio": 1.45, "bandwidth": 52e9, "one_ms": 4.1, "many_ms": 5.95,
+                                  "bound": "compute"}}}
+    report["rows"]["none"]["paired_growth"] = growth
+    flat = next(v for v in verdicts(report) if v.target.startswith("bf16 ITL"))
+    assert flat.met is True
+    assert flat.figures.startswith("paired (24 pairs of slices): slow x1.120 (7.06 / 6.30 ms at 33 GB/s, memory-bound")
+    assert "fast x1.450 (5.95 / 4.10 ms at 52 GB/s, compute-bound by the planner)" in flat.figures
+    assert "as measured in the table: x1.600 from 1 to 8 streams" in flat.figures
+    growth["states"]["fast"]["bound"] = "memory"
+    flat = next(v for v in verdicts(report) if v.target.startswith("bf16 ITL"))
+    assert flat.met is False
+
+
 def test_a_formats_minutes_with_cpu_stolen_by_the_hypervisor_are_marked():
     report = _report()
     report["rows"]["int4_awq"]["steal_pct"] = 12.4
