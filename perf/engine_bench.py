@@ -64,6 +64,10 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   step there, its ratio to its floor at the read after its round (since 2026-11-27 noon): the formats take turns
   within each round, so a slow-compute minute weighs on all of them, where the paired floor above runs one format's
   slices in a row.
+- bf16's step at 8 sequences over its step at 1, paired (since 2026-11-28): 24 pairs of slices at both batches on
+  one runner, the order alternating, a read after each pair; the median ratio per memory state, with what bounds the
+  step at 8 by the planner in that state. The "flat to 8 streams" target is read from it: the table's best runs at 1
+  and 8 come seconds to minutes apart (run jj: batch 1's in a fast moment, x1.62 as measured).
 - against the targets: engine_targets.py's verdicts on this run's figures, after the table.
 """
 
