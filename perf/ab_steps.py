@@ -10,7 +10,9 @@ unchanged path moved -10 % and +17 % in two such runs (2026-11-26).
     git worktree add /tmp/base HEAD~1
     .venv/bin/python perf/ab_steps.py --base /tmp/base --qformat int4_awq --batches 1,8,16
 
-Prints, per batch, both builds' step and the ratio (new / base).
+Prints, per batch, both builds' step and the ratio (new / base). The tool has a bias of its own between the two
+builds it loads: the same code, in two trees, read new / base 1.035 in one run (2026-11-27, INT4-AWQ at one sequence,
+--slices 40). Under ~4 %, run it again with --base and --new swapped before believing a difference.
 
 This VM's memory also flips within seconds between ~30 and ~50 GB/s (perf/README.md), and a change can help in one
 state only (the bf16 GEMM without software prefetch: -20 % in the fast one). --slices N times N slices of 8 steps per
