@@ -302,3 +302,18 @@ def test_decodes_go_before_an_earlier_prompts_chunks():
 def test_ngram_draft_continues_a_short_loop_to_full_length():
     assert NgramIndex(3).propose([4, 5, 6, 6, 6, 6], 4) == [6, 6, 6, 6]
     assert NgramIndex(3).propose([1, 7, 8, 7, 8], 5) == [7, 8, 7, 8, 7]
+
+
+def test_a_steps_int64_tensors_hold_their_values_and_outlive_the_list():
+    """step.int64_tensor (the scheduler's and the benchmarks' step inputs): int64, the values in order, an empty list
+    an empty tensor, any iterable of ints; the array under it lives as long as the tensor does."""
+    from toolkit.engine.runtime.step import int64_tensor
+
+    values = [3, 0, 2**40, -1]
+    t = int64_tensor(values)
+    values.append(7)  # the tensor is not a view of the list
+    assert t.dtype == torch.int64 and t.tolist() == [3, 0, 2**40, -1]
+    assert int64_tensor([]).shape == (0,) and int64_tensor([]).dtype == torch.int64
+    assert int64_tensor(range(3)).tolist() == [0, 1, 2]
+    made = [int64_tensor([i, i + 1]) for i in range(100)]  # each tensor keeps its own buffer
+    assert [m.tolist() for m in made] == [[i, i + 1] for i in range(100)]
