@@ -192,6 +192,7 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
         # The threads start first and send together: started one by one on loaded cores (CI's), the first streams
         # had ended before the last began, and the replica never held 4 at once.
         haproxy.drain(first.index)
+        opened_before = haproxy.stats()[slot(second.index)]["stot"]
         go = threading.Event()
         threads = [threading.Thread(target=_stream, args=(haproxy.url, STREAM_TOKENS, results, go))
                    for _ in range(STREAMS)]
@@ -199,8 +200,15 @@ def test_draining_a_replica_finishes_its_streams(built, tmp_path):
             thread.start()
         go.set()
         deadline = time.time() + 30
-        # Counted at haproxy (open streams), not by the engine's gauges, which lag on a starved replica.
-        while time.time() < deadline and not (held := haproxy.stats()[slot(second.index)]["scur"] >= 4):
+        # Counted at haproxy (open streams), not by the engine's gauges, which lag on a starved replica. And every
+        # stream connected first: one whose thread had not yet been scheduled when the replica was taken out (and the
+        # other not yet back up: up to one health check) got haproxy's "503 No server is available" in a fresh
+        # clone's CI run (2026-11-28).
+        def holding() -> bool:
+            stats = haproxy.stats()[slot(second.index)]
+            return stats["scur"] >= 4 and stats["stot"] - opened_before >= STREAMS
+
+        while time.time() < deadline and not (held := holding()):
             time.sleep(0.02)
         if not held:  # say what the streams did and what the replica logged, so a CI failure can be read
             haproxy.enable(first.index, first.handle.http_port)
