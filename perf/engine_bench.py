@@ -135,8 +135,7 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
                "ratio": statistics.median(ratios[i] for i in picked)}
         return {**out, "planner": statistics.median(errors[i] for i in picked)} if errors else out
 
-    states = {state: {"pairs": len(picked), **summary(picked)} for state, picked in _memory_states(rates).items()}
-    return {"pairs": pairs, **summary(list(range(pairs))), "states": states}
+    return {"pairs": pairs, **_over_states(rates, summary)}
 
 
 def _over_floor(step_s: float, step_bytes: float, rate: float) -> float:
@@ -150,6 +149,13 @@ def _memory_states(rates: list[float]) -> dict[str, list[int]]:
     states = {"slow": [i for i, rate in enumerate(rates) if rate <= FAST_ABOVE],
               "fast": [i for i, rate in enumerate(rates) if rate > FAST_ABOVE]}
     return {state: picked for state, picked in states.items() if len(picked) >= 3}
+
+
+def _over_states(rates: list[float], summary) -> dict:
+    """summary(indices) -> dict over every slice (one read after each, `rates`), and the same per memory state
+    (_memory_states) with its count of slices: ["states"][state] = {"pairs": n, **summary(its indices)}."""
+    states = {state: {"pairs": len(picked), **summary(picked)} for state, picked in _memory_states(rates).items()}
+    return {**summary(list(range(len(rates)))), "states": states}
 
 
 def _step_slices(runner, isl: int, batch: int = 1):
@@ -186,10 +192,12 @@ def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, 
     many, one = _step_slices(runner, isl, batch), _step_slices(runner, isl, 1)
     ones, manys, rates = [], [], []
     for i in range(pairs):
-        if i % 2:
-            manys.append(many()), ones.append(one())
+        if i % 2:  # the order alternating, so that neither batch always follows the read
+            manys.append(many())
+            ones.append(one())
         else:
-            ones.append(one()), manys.append(many())
+            ones.append(one())
+            manys.append(many())
         rates.append(read_once())
     ratios = [m / o for o, m in zip(ones, manys, strict=True)]
 
@@ -200,8 +208,7 @@ def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, 
                "many_ms": statistics.median(manys[i] for i in picked) * 1e3}
         return {**out, "bound": plan_at(read, batch).bound} if plan_at is not None else out
 
-    states = {state: {"pairs": len(picked), **summary(picked)} for state, picked in _memory_states(rates).items()}
-    return {"batch": batch, "pairs": pairs, **summary(list(range(pairs))), "states": states}
+    return {"batch": batch, "pairs": pairs, **_over_states(rates, summary)}
 
 
 ROUNDS = 32  # rounds of the paired comparison across formats (_paired_formats)
