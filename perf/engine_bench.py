@@ -180,15 +180,20 @@ def _step_slices(runner, isl: int, batch: int = 1):
     return slice_median
 
 
-def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, plan_at=None) -> dict:
+def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, plan_at=None, reprobe=None) -> dict:
     """A step of `batch` sequences over a step of one, paired: `pairs` pairs of slices (SLICE steps at each batch, the
     order alternating), each pair followed by one memory read, on one runner. The table's columns come from the best
     of a few 64-step runs each, seconds to minutes apart, and on this VM batch 1's best run can fall in a 55 GB/s
     moment and batch 8's in a 33 GB/s one (bf16 x1.62 from 1 to 8 as measured, x1.30 scaled by the reads after
     them, 2026-11-27 run jj): growth between batches in one memory state is a ratio of slices seconds apart.
     Medians over the pairs, and per memory state (FAST_ABOVE, at least 3 pairs): the ratio, both steps, the read;
-    with plan_at (fn(read, batch) -> the planner's DecodeStep in that memory state), what bounds the step at `batch`
-    at the state's median read ("bound")."""
+    with plan_at (fn(read, batch, taken=None) -> the planner's DecodeStep in that memory state, from the probe `taken`
+    or the start's), what bounds the step at `batch` at the state's median read ("bound"). With reprobe too (fn() -> the probe
+    of this format's kernel taken again now, cpu_probe.reprobe_kernel), taken right after the pairs: the same from that
+    probe ("bound_reprobed", its sum read "reprobe_read"). bf16 at 8 sits at this machine's ridge, so the bound turns
+    on the 8-row kernel's probed rate, which moves with the VM's state: the start's probe ran it at 365 GFLOP/s where
+    the pairs' steps ran their GEMMs at 256 (the planner memory-bound at 8; probed again after the column's best run,
+    compute-bound; run mm, 2026-11-28)."""
     many, one = _step_slices(runner, isl, batch), _step_slices(runner, isl, 1)
     ones, manys, rates = [], [], []
     for i in range(pairs):
@@ -200,15 +205,21 @@ def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, 
             manys.append(many())
         rates.append(read_once())
     ratios = [m / o for o, m in zip(ones, manys, strict=True)]
+    now = reprobe() if reprobe is not None and plan_at is not None else None
 
     def summary(picked: list[int]) -> dict:
         read = statistics.median(rates[i] for i in picked)
         out = {"ratio": statistics.median(ratios[i] for i in picked), "bandwidth": read,
                "one_ms": statistics.median(ones[i] for i in picked) * 1e3,
                "many_ms": statistics.median(manys[i] for i in picked) * 1e3}
-        return {**out, "bound": plan_at(read, batch).bound} if plan_at is not None else out
+        if plan_at is not None:
+            out["bound"] = plan_at(read, batch).bound
+        if now is not None:
+            out["bound_reprobed"] = plan_at(read, batch, now).bound
+        return out
 
-    return {"batch": batch, "pairs": pairs, **_over_states(rates, summary)}
+    reprobed = {"reprobe_read": now["read_bytes_s_sum"]} if now is not None else {}
+    return {"batch": batch, "pairs": pairs, **reprobed, **_over_states(rates, summary)}
 
 
 ROUNDS = 32  # rounds of the paired comparison across formats (_paired_formats)
@@ -365,7 +376,8 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     if read_once is not None:
         result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"], plan_at=plan_at)
         if growth_batch in batches:
-            result["paired_growth"] = _paired_growth(runner, isl, read_once, growth_batch, plan_at=plan_at)
+            result["paired_growth"] = _paired_growth(runner, isl, read_once, growth_batch, plan_at=plan_at,
+                                                     reprobe=reprobe)
     # The step without its GEMMs and attention at batch 1 and at the largest batch: a fixed cost and one per
     # sequence (norms, RoPE, SwiGLU, KV writes grow with the batch).
     costs = _step_cost_without_gemms(runner, isl, osl, repeats, sorted({1, max(batches)}))
@@ -714,8 +726,9 @@ def main() -> None:
             continue
         context = args.isl + args.osl / 2
 
-        def plan_at(read: float, batch: int, qformat=qformat):  # the planner's step in the memory state read
-            return cpu_decode_step(spec, qformat, batch, context, probe=probe_at_read(probe, read * as_sum))
+        def plan_at(read: float, batch: int, taken=None, qformat=qformat):  # the planner's step in the memory
+            # state read, from the probe `taken` (default: the start's) moved there
+            return cpu_decode_step(spec, qformat, batch, context, probe=probe_at_read(taken or probe, read * as_sum))
 
         def reprobe(qformat=qformat):  # the probe of this format's kernel taken again now
             return reprobe_kernel(probe, hardware.compute_type(weights_for(qformat)))

@@ -129,11 +129,19 @@ def _planner(rows: dict) -> Verdict:
 
 def growth_cell(growth: dict) -> str:
     """engine_bench's paired growth (_paired_growth) per memory state: "slow x1.12 (7.10 / 6.34 ms at 33 GB/s,
-    memory-bound by the planner)", or over all pairs where no state held 3 of them."""
+    memory-bound by the planner)", or over all pairs where no state held 3 of them; where the run probed the kernel
+    again after the pairs, the bound from that probe first and the start's beside it ("compute-bound by the planner
+    probed again at 31 GB/s (memory-bound by the start's probe)")."""
     states = growth.get("states") or {"all": growth}
+
+    def bound(g: dict) -> str:
+        if "bound_reprobed" in g:
+            return (f", {g['bound_reprobed']}-bound by the planner probed again at {growth['reprobe_read'] / 1e9:.0f} "
+                    f"GB/s ({g['bound']}-bound by the start's probe)")
+        return f", {g['bound']}-bound by the planner" if "bound" in g else ""
+
     return "; ".join(f"{state} x{g['ratio']:.3f} ({g['many_ms']:.2f} / {g['one_ms']:.2f} ms at "
-                     f"{g['bandwidth'] / 1e9:.0f} GB/s" + (f", {g['bound']}-bound by the planner" if "bound" in g else "")
-                     + ")" for state, g in states.items())
+                     f"{g['bandwidth'] / 1e9:.0f} GB/s" + bound(g) + ")" for state, g in states.items())
 
 
 def _flat(rows: dict) -> Verdict:
@@ -141,7 +149,9 @@ def _flat(rows: dict) -> Verdict:
     _paired_growth: slices at 1 and 8 in turn, each pair followed by a read), judged on those in each memory state:
     the table's best runs come seconds to minutes apart, and on this VM batch 1's best run can fall in a 55 GB/s
     moment and batch 8's in a 33 GB/s one; a state passes where the ratio is within the limit or the planner puts the
-    step compute-bound at 8 in that state. Else, where the run read the memory after each batch's best run and the two
+    step compute-bound at 8 in that state, with the kernel probed again right after the pairs where the run did that
+    (bf16 at 8 sits at this machine's ridge: the bound turns on the 8-row kernel's rate, which moves with the VM's
+    state as the memory does, and the start's probe can have caught it fast). Else, where the run read the memory after each batch's best run and the two
     reads differ, at the same memory speed (the growth times read at 8 over read at 1: a memory-bound step takes as
     much longer as its memory reads slower), and judged on that."""
     target = f"bf16 ITL at {FLAT_UP_TO} streams within {WITHIN}x its batch-1 ITL, unless the planner puts it compute-bound there"
@@ -154,7 +164,7 @@ def _flat(rows: dict) -> Verdict:
     paired = r.get("paired_growth")
     if paired and paired.get("batch") == FLAT_UP_TO:
         states = paired.get("states") or {"all": paired}
-        met = all(g["ratio"] <= WITHIN or g.get("bound") == "compute" for g in states.values())
+        met = all(g["ratio"] <= WITHIN or g.get("bound_reprobed", g.get("bound")) == "compute" for g in states.values())
         return Verdict(target, met, f"paired ({paired['pairs']} pairs of slices): {growth_cell(paired)}; "
                                     f"as measured in the table: {figures}")
     if 1 in reads and FLAT_UP_TO in reads:

@@ -130,6 +130,29 @@ def test_flat_to_8_streams_is_judged_on_paired_slices_per_memory_state_where_the
     assert flat.met is False
 
 
+def test_flat_to_8_streams_takes_the_bound_from_the_kernel_probed_again_after_the_pairs():
+    """Run mm's case: x1.7 in both states, the start's probe (its 8-row kernel caught fast) memory-bound at 8, the
+    kernel probed again right after the pairs compute-bound: met, on the new probe, with the start's bound beside it.
+    Where the new probe says memory-bound, that counts, whatever the start's said."""
+    report = _report()
+    report["rows"]["none"]["planner_bound"]["8"] = "memory"
+    growth = {"batch": 8, "pairs": 24, "ratio": 1.7, "bandwidth": 38e9, "one_ms": 4.35, "many_ms": 7.28,
+              "reprobe_read": 30e9,
+              "states": {"slow": {"pairs": 21, "ratio": 1.707, "bandwidth": 38e9, "one_ms": 4.35, "many_ms": 7.31,
+                                  "bound": "memory", "bound_reprobed": "compute"},
+                         "fast": {"pairs": 3, "ratio": 1.678, "bandwidth": 44e9, "one_ms": 4.41, "many_ms": 7.24,
+                                  "bound": "memory", "bound_reprobed": "compute"}}}
+    report["rows"]["none"]["paired_growth"] = growth
+    flat = next(v for v in verdicts(report) if v.target.startswith("bf16 ITL"))
+    assert flat.met is True
+    assert ("slow x1.707 (7.31 / 4.35 ms at 38 GB/s, compute-bound by the planner probed again at 30 GB/s "
+            "(memory-bound by the start's probe))") in flat.figures
+    for g in growth["states"].values():
+        g["bound"], g["bound_reprobed"] = "compute", "memory"
+    flat = next(v for v in verdicts(report) if v.target.startswith("bf16 ITL"))
+    assert flat.met is False and "memory-bound by the planner probed again" in flat.figures
+
+
 def test_a_formats_minutes_with_cpu_stolen_by_the_hypervisor_are_marked():
     report = _report()
     report["rows"]["int4_awq"]["steal_pct"] = 12.4
