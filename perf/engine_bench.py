@@ -54,8 +54,8 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   times each kernel on its own), and attention's ms per step.
 - TTFT's planner figure: the prefill floor (compute at the rate the probe measured for the format's
   kernel as prefill calls it: 128 rows, weights streamed, quantized formats widening per call), plus
-  causal attention at the attention kernel's probed rate and, per prompt token, the per-sequence step
-  cost measured above.
+  causal attention at the attention kernel's rate probed as a prompt calls it (every row over the same cache,
+  in L2 / L3; since probe version 30) and, per prompt token, the per-sequence step cost measured above.
 - batch-1 step over bf16's, paired: every format's runner loaded side by side, ROUNDS rounds of one SLICE of
   batch-1 steps per format (order rotating), each round's ratio to bf16's slice tens of milliseconds before or
   after; the median and quartiles over rounds, and per memory state (a read after each round). The table's

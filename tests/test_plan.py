@@ -357,6 +357,26 @@ def test_cpu_crossover_batch_comes_earlier_for_int4():
         pytest.approx(2 * 106_980_096 * 128 / 120e9 + 1_585_152 / 200e6 + 128 * 20e-6)
 
 
+def test_cpu_prefill_attention_at_the_rate_probed_as_a_prompt_calls_it():
+    """A prompt's causal attention reads a cache that stays in L2 / L3: the planner charges it at the rate probed that
+    way at the prompt's length (linear between the probed lengths, the nearest outside them), not at the decode rate
+    from memory; a probe without it keeps the decode rate."""
+    from toolkit.plan.cpu_probe import spec_from_probe
+
+    probe = {**PROBE, "attention_head_tokens_s": 200e6, "attention_prefill_head_tokens_s": {"128": 400e6, "1024": 800e6}}
+    hw = spec_from_probe(probe)
+    assert hw.prefill_attention_rate(128) == 400e6 and hw.prefill_attention_rate(576) == pytest.approx(600e6)
+    assert hw.prefill_attention_rate(64) == 400e6 and hw.prefill_attention_rate(4096) == 800e6
+    assert spec_from_probe(PROBE).prefill_attention_rate(128) is None
+    bare = cpu_prefill_seconds(SMALL, "none", 1024, PROBE, step_overhead_s=0, sequence_overhead_s=0)
+    # 1024 · 1025 / 2 positions · 12 heads · 16 layers = 100,761,600 head-tokens at 800 M/s
+    assert cpu_prefill_seconds(SMALL, "none", 1024, probe, step_overhead_s=0, sequence_overhead_s=0) == \
+        pytest.approx(bare + 100_761_600 / 800e6)
+    decode_only = {**probe, "attention_prefill_head_tokens_s": {}}
+    assert cpu_prefill_seconds(SMALL, "none", 1024, decode_only, step_overhead_s=0, sequence_overhead_s=0) == \
+        pytest.approx(bare + 100_761_600 / 200e6)
+
+
 def test_cpu_decode_rate_follows_the_probed_batches():
     """The few-row kernels' rate grows with the batch: the planner reads it at the step's batch (linear
     between probed batches, the nearest outside them), and the crossover is where compute meets memory."""

@@ -57,8 +57,10 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # between reads, as in a step; 25: fp8's weights one stream per block of 4 rows, faster at every row count; 26: the
 # GEMV rates as ratios to a sum read paired with each, times the best sum read; 27: the last-level cache's size;
 # 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state;
-# 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set)
-VERSION = 29
+# 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set;
+# 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens)
+VERSION = 30
+PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
 # int4 INT4-AWQ's (decode rows x int8 activations where the CPU has VNNI), w4a8 W4A8-AWQ's (the same after rounding
@@ -461,6 +463,17 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         figures["attention_head_tokens_s"] = len(caches) * seqs * ctx * heads / _attention_seconds(
             native, caches, q, tables, torch.full((seqs,), ctx), block, repeats)
         del caches
+        # ... and as a prompt calls it (model_runner's _native_attention_plan): one row per prompt token over the
+        # prefix up to it, every row reading the same cache, which stays in L2 / L3. The decode rate above, from
+        # memory, had put the planner's TTFT at 1024 tokens of `small` 24-29 % above the measured (2026-11-28).
+        for tokens in PREFILL_ATTENTION_TOKENS:
+            k, v = (torch.randn(tokens, kv_heads, head_dim, dtype=torch.bfloat16) for _ in range(2))
+            rows = torch.randn(tokens, heads, head_dim, dtype=torch.bfloat16)
+            table = torch.arange(tokens // block).repeat(tokens, 1)
+            lens = torch.arange(1, tokens + 1)
+            call = functools.partial(native.decode_attention, rows, k, v, table, lens, block, 1.0, 1.0)
+            seconds = _best_seconds(call, repeats)
+            figures[f"attention_prefill_head_tokens_s_{tokens}"] = tokens * (tokens + 1) / 2 * heads / seconds
     # Compute: a 2048 × 2048 weight stays in L2/L3; prefill-like batches (64, 256 rows).
     for name in KERNELS:
         _, dtype, fn = _kernel(name, 2048, 2048)
@@ -535,6 +548,9 @@ def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dic
         "decode_flops": few_row_rates_at(paired, best["read_bytes_s_sum"]), **paired,
         "last_level_cache_bytes": last_level_cache_bytes(),
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
+        "attention_prefill_head_tokens_s": {str(tokens): best[f"attention_prefill_head_tokens_s_{tokens}"]
+                                            for tokens in PREFILL_ATTENTION_TOKENS
+                                            if f"attention_prefill_head_tokens_s_{tokens}" in best},
         "gemv_bytes_s": {name: best[f"gemv_bytes_s_{name}"] for name in KERNELS},
         "spread": spread, "rounds": rounds,
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),

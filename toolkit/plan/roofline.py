@@ -139,11 +139,11 @@ def prefill_seconds(spec: ModelSpec, hw: HardwareSpec, d: Deployment, tokens: in
     """Floor of one prompt's prefill: 2·P·S FLOPs over the TP group's rate (PP does not speed one
     request), or reading the weights once, whichever is longer, plus the fixed step cost. On the CPU engine
     also what its GEMMs do not cover (once the int8 GEMM made INT8-SQ's matmuls 4x faster, a third of its
-    TTFT): causal attention at the attention kernel's probed rate (token i reads i + 1 positions), and per
-    prompt token what a decoded token costs beyond the GEMMs (norms, RoPE, SwiGLU, KV writes)."""
+    TTFT): causal attention at the attention kernel's rate probed as a prompt calls it (token i reads i + 1
+    positions), and per prompt token what a decoded token costs beyond the GEMMs (norms, RoPE, SwiGLU, KV writes)."""
     compute = 2 * spec.total_params * tokens / (prefill_flops_rate(hw, d.weights) * d.tp)
     memory = weight_bytes(spec, d.weights) / d.tp / hw.bandwidth_bytes
-    attention_rate = hw.probe.get("attention_head_tokens_s") if hw.kind == "cpu" else None
+    attention_rate = hw.prefill_attention_rate(tokens)
     attention = (tokens * (tokens + 1) / 2 * spec.num_heads * spec.num_layers / attention_rate
                  if attention_rate else 0.0)
     return max(compute, memory) + attention + tokens * hw.sequence_overhead_s + hw.step_overhead_s
