@@ -180,7 +180,8 @@ def _step_slices(runner, isl: int, batch: int = 1):
     return slice_median
 
 
-def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, plan_at=None, reprobe=None) -> dict:
+def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, plan_at=None,
+                   reprobe=None) -> dict:
     """A step of `batch` sequences over a step of one, paired: `pairs` pairs of slices (SLICE steps at each batch, the
     order alternating), each pair followed by one memory read, on one runner. The table's columns come from the best
     of a few 64-step runs each, seconds to minutes apart, and on this VM batch 1's best run can fall in a 55 GB/s

@@ -151,9 +151,9 @@ def _flat(rows: dict) -> Verdict:
     moment and batch 8's in a 33 GB/s one; a state passes where the ratio is within the limit or the planner puts the
     step compute-bound at 8 in that state, with the kernel probed again right after the pairs where the run did that
     (bf16 at 8 sits at this machine's ridge: the bound turns on the 8-row kernel's rate, which moves with the VM's
-    state as the memory does, and the start's probe can have caught it fast). Else, where the run read the memory after each batch's best run and the two
-    reads differ, at the same memory speed (the growth times read at 8 over read at 1: a memory-bound step takes as
-    much longer as its memory reads slower), and judged on that."""
+    state as the memory does, and the start's probe can have caught it fast). Else, where the run read the memory
+    after each batch's best run and the two reads differ, at the same memory speed (the growth times read at 8 over
+    read at 1: a memory-bound step takes as much longer as its memory reads slower), and judged on that."""
     target = f"bf16 ITL at {FLAT_UP_TO} streams within {WITHIN}x its batch-1 ITL, unless the planner puts it compute-bound there"
     r = rows.get("none")
     if not r or FLAT_UP_TO not in _by_batch(r["itl_ms"]) or 1 not in _by_batch(r["itl_ms"]):
@@ -164,7 +164,8 @@ def _flat(rows: dict) -> Verdict:
     paired = r.get("paired_growth")
     if paired and paired.get("batch") == FLAT_UP_TO:
         states = paired.get("states") or {"all": paired}
-        met = all(g["ratio"] <= WITHIN or g.get("bound_reprobed", g.get("bound")) == "compute" for g in states.values())
+        met = all(g["ratio"] <= WITHIN or g.get("bound_reprobed", g.get("bound")) == "compute"
+                  for g in states.values())
         return Verdict(target, met, f"paired ({paired['pairs']} pairs of slices): {growth_cell(paired)}; "
                                     f"as measured in the table: {figures}")
     if 1 in reads and FLAT_UP_TO in reads:
