@@ -189,12 +189,12 @@ def _paired_growth(runner, isl: int, read_once, batch: int, pairs: int = PAIRS, 
     them, 2026-11-27 run jj): growth between batches in one memory state is a ratio of slices seconds apart.
     Medians over the pairs, and per memory state (FAST_ABOVE, at least 3 pairs): the ratio, both steps, the read;
     with plan_at (fn(read, batch, taken=None) -> the planner's DecodeStep in that memory state, from the probe `taken`
-    or the start's), what bounds the step at `batch` at the state's median read ("bound"). With reprobe too (fn() -> the probe
-    of this format's kernel taken again now, cpu_probe.reprobe_kernel), taken right after the pairs: the same from that
-    probe ("bound_reprobed", its sum read "reprobe_read"). bf16 at 8 sits at this machine's ridge, so the bound turns
-    on the 8-row kernel's probed rate, which moves with the VM's state: the start's probe ran it at 365 GFLOP/s where
-    the pairs' steps ran their GEMMs at 256 (the planner memory-bound at 8; probed again after the column's best run,
-    compute-bound; run mm, 2026-11-28)."""
+    or the start's), what bounds the step at `batch` at the state's median read ("bound"). With reprobe too (fn() ->
+    the probe of this format's kernel taken again now, cpu_probe.reprobe_kernel), taken right after the pairs: the
+    same from that probe ("bound_reprobed", its sum read "reprobe_read"). bf16 at 8 sits at this machine's ridge, so
+    the bound turns on the 8-row kernel's probed rate, which moves with the VM's state: the start's probe ran it at
+    365 GFLOP/s where the pairs' steps ran their GEMMs at 256 (the planner memory-bound at 8; probed again after the
+    column's best run, compute-bound; run mm, 2026-11-28)."""
     many, one = _step_slices(runner, isl, batch), _step_slices(runner, isl, 1)
     ones, manys, rates = [], [], []
     for i in range(pairs):
