@@ -583,6 +583,10 @@ INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, cons
     __m512 score_scale = _mm512_set1_ps(bf16_dots ? softmax_scale : 1.0f);
     /* the padding's scores repeat the last token's, so they leave the max as it is */
     for (int64_t t0 = 0; t0 < ctx; t0 += 16) {
+        /* every kv head's slice of the rows ahead; past the end, the V pass's first rows */
+        for (int64_t t = t0 + AHEAD_TOKENS; t < t0 + AHEAD_TOKENS + 16; t++)
+            fetch_row(t < ctx ? k_cache : v_cache, rows, t < ctx ? t : t - ctx, ctx, kv_count * head_bytes,
+                      cache_bytes(kind));
         for (int h = 0; h < kv_count; h++) {
             const char *qh = (const char *)qg + h * q_stride * act_bytes(act_kind);
             if (bf16_dots)
@@ -593,10 +597,6 @@ INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, cons
                     q[i] = _mm512_mul_ps(load16(qh, 16 * i, act_kind, 1.0f), _mm512_set1_ps(softmax_scale * ks));
             __m512 quad[4][8];
             fetch_some(plan, FETCH_PER_K_TILE);
-            if (h == 0)  /* every kv head's slice of the rows ahead; past the end, the V pass's first rows */
-                for (int64_t t = t0 + AHEAD_TOKENS; t < t0 + AHEAD_TOKENS + 16; t++)
-                    fetch_row(t < ctx ? k_cache : v_cache, rows, t < ctx ? t : t - ctx, ctx, kv_count * head_bytes,
-                              cache_bytes(kind));
             /* a loop, not unrolled: four copies of scores4 for each group size made the build several times slower */
             #pragma GCC unroll 1
             for (int c = 0; c < 4; c++)
