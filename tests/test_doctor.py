@@ -149,6 +149,7 @@ def test_stalls_the_engine_stepped_through_are_the_response_path_not_prefill(tmp
     assert "puts the 5 gaps over 15.0 ms as 100 % delivery" in found.evidence
     # the embedded engine on the CPU shares the host's cores with the serving processes
     assert "engine.cpu_threads below the core count (now every core)" in found.lever
+    assert "engine.stream_interval above 1 (now 1)" in found.lever
     assert "detokenizer (postprocessing) model" in found.lever and "prefill" not in found.lever
     gpu = make_run(tmp_path / "gpu", {1: records}, run_meta={"engine": {"device": "cuda"}})
     _timeline(tmp_path / "gpu", [(0.05 + 0.005 * k, 0.004, 0, 1) for k in range(200)])

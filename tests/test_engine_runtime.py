@@ -31,11 +31,11 @@ def runner_factory(tiny_model_dir):
 def make_engine(runner_factory):
     runners = {}
 
-    def make(num_blocks=64, **overrides):
+    def make(num_blocks=64, stream_interval=1, **overrides):
         # One runner per cache size: the engine, not the runner, holds the state a test looks at.
         runner = runners.get(num_blocks) or runners.setdefault(num_blocks, runner_factory(num_blocks))
         settings = dict(max_batch_size=4, max_num_tokens=128, max_seq_len=160, block_size=BLOCK, num_blocks=num_blocks)
-        return Engine(runner, SchedulerConfig(**(settings | overrides)))
+        return Engine(runner, SchedulerConfig(**(settings | overrides)), stream_interval=stream_interval)
 
     return make
 
@@ -66,6 +66,21 @@ def test_inflight_batching_output_equals_running_alone(make_engine, alone):
     assert max(r.batch_size for r in engine.timeline.records) == len(PROMPTS)
     assert any(r.context_requests and r.generation_requests for r in engine.timeline.records)
     assert engine.scheduler.blocks.num_used == 0
+
+
+def test_stream_interval_hands_tokens_over_at_the_first_every_nth_and_the_last_step(make_engine, alone):
+    """TensorRT-LLM's stream_interval: fewer hand-overs (each a response through Triton), the same tokens."""
+    engine = make_engine(stream_interval=3)
+    chunks = {0: [], 1: []}
+    for i, prompt in enumerate(PROMPTS[:2]):
+        engine.add_request(str(i), prompt, 11, callback=lambda out: chunks[int(out.request_id)].append(out.new_tokens))
+    engine.run_until_idle()
+    for i, prompt in enumerate(PROMPTS[:2]):
+        assert [t for chunk in chunks[i] for t in chunk] == alone(prompt, 11)
+        assert [len(chunk) for chunk in chunks[i]] == [1, 2, 3, 3, 2]  # steps 1 | 2-3 | 4-6 | 7-9 | 10-11, the end
+    assert engine.describe()["stream_interval"] == 3
+    with pytest.raises(ValueError, match="stream_interval 0"):
+        make_engine(stream_interval=0)
 
 
 def _long_prompt_beside_a_decode(engine):

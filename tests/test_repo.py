@@ -66,6 +66,22 @@ def test_cpu_threads_reach_the_engine_model_only_when_set(tmp_path, tiny_model_d
 
     assert "cpu_threads" not in params(tmp_path / "a")  # the engine then takes every core it may run on
     assert params(tmp_path / "b", cpu_threads=1)["cpu_threads"] == "1"
+    assert "stream_interval" not in params(tmp_path / "d")  # every step's tokens
+    assert params(tmp_path / "c", stream_interval=4)["stream_interval"] == "4"
+
+
+def test_stream_interval_is_refused_for_the_cpp_backend_and_written_for_the_llm_api(tmp_path, tiny_model_dir):
+    import yaml
+
+    from toolkit.engine.llmapi import LLMAPI_CONFIG_FILE
+    from toolkit.errors import ToolkitError
+
+    config, engine_dir = fake_engine(tmp_path / "a", tiny_model_dir, target="trtllm", stream_interval=4)
+    with pytest.raises(ToolkitError, match="engine.stream_interval 4.*C\\+\\+ backend") as refused:
+        write_repository(config, engine_dir, tmp_path / "a" / "repo")
+    assert "engine.target llmapi" in refused.value.fix
+    config, engine_dir = llmapi_engine(tmp_path / "b", tiny_model_dir, stream_interval=4)
+    assert yaml.safe_load((engine_dir / LLMAPI_CONFIG_FILE).read_text())["stream_interval"] == 4
 
 
 def test_trtllm_repository_parameters(tmp_path, tiny_model_dir):

@@ -89,6 +89,8 @@ class CPU(EngineTarget):
         params = {"engine_dir": engine_dir, "enable_kv_cache_reuse": config.engine.enable_kv_cache_reuse}
         if config.engine.cpu_threads:
             params["cpu_threads"] = config.engine.cpu_threads
+        if config.engine.stream_interval > 1:
+            params["stream_interval"] = config.engine.stream_interval
         return "python", params
 
     def triton(self, work_dir: Path, tritonserver: str | None) -> TritonInstall:
@@ -138,8 +140,14 @@ class TRTLLM(_TensorRTLLM):
         return shlex.join(trtllm_build_command(checkpoint_dir, engine_dir, config.engine, limits))
 
     def engine_model(self, config: DeploymentConfig, engine_dir: Path) -> tuple[str, dict]:
+        from toolkit.errors import ToolkitError
         from toolkit.repo.writer import trtllm_parameters
 
+        if config.engine.stream_interval > 1:
+            raise ToolkitError(f"engine.stream_interval {config.engine.stream_interval}: TensorRT-LLM's C++ backend "
+                               "(target trtllm) streams every step's tokens and has no such parameter",
+                               "set engine.stream_interval 1, or serve with engine.target llmapi (the LLM API's "
+                               "stream_interval) or cpu")
         return "tensorrtllm", trtllm_parameters(config, engine_dir)
 
 

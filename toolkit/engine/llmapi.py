@@ -53,6 +53,7 @@ def llmapi_options(checkpoint_dir: Path, engine: EngineSection, limits: EngineCo
         "max_num_tokens": limits.max_num_tokens,
         "max_seq_len": limits.max_seq_len,
         "enable_chunked_prefill": engine.enable_chunked_context,
+        "stream_interval": engine.stream_interval,
         "kv_cache_config": kv_cache,
         # One scheduler policy for both GPU targets (the engine target's batch_scheduler_policy).
         "scheduler_config": {"capacity_scheduler_policy": engine.batch_scheduler_policy.upper()},

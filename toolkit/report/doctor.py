@@ -230,11 +230,14 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
             # The 2-core demo: one engine thread instead of two removed these stalls (gap p99 at concurrency 4
             # 16-19 ms against 42-230) but cost TTFT +62-72 % and 30 % of tokens/s; two detokenizer instances left
             # them as they were (perf/README, 2026-11-27).
+            # engine.stream_interval 4 took the demo's 8-stream ITL from 11.5 to 8.0 ms (perf/README, 2026-11-28).
             threads = engine.get("cpu_threads") or "every core"
             response_path = ("the serving processes (Triton's frontend, the detokenizer, a client on this host) "
-                             "wait for CPU beside an engine that fills the cores: engine.cpu_threads below the "
-                             f"core count (now {threads}) leaves them one, at the cost of engine speed, or run the "
-                             "client on another host; else " + held_by)
+                             "wait for CPU beside an engine that fills the cores: engine.stream_interval above 1 "
+                             f"(now {engine.get('stream_interval') or 1}) sends each stream's tokens every that many "
+                             "steps, fewer responses through Triton and the detokenizer, at no cost in engine speed; "
+                             f"engine.cpu_threads below the core count (now {threads}) leaves them a core, at the cost "
+                             "of engine speed, or run the client on another host; else " + held_by)
         lever = {"prefill": "a prefill is blocking running decodes: " + PREFILL_STALL_LEVER,
                  "engine step": "single engine steps without prefill ran long: the host held the engine back "
                                 "(other work on its cores, swapping, a pause in its process): check host CPU use",

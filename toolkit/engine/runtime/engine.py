@@ -54,6 +54,8 @@ class _Request:
     arrival: float
     first_token_at: float | None = None
     tokens: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)  # made, not yet handed over (stream_interval)
+    iterations: int = 0  # steps that gave this request tokens
 
 
 @dataclass
@@ -66,9 +68,16 @@ class EngineTotals:
 
 class Engine:
     def __init__(self, runner, config: SchedulerConfig, *, max_input_len: int | None = None,
-                 timeline: Timeline | None = None, on_step: Callable[[StepRecord], None] | None = None):
+                 timeline: Timeline | None = None, on_step: Callable[[StepRecord], None] | None = None,
+                 stream_interval: int = 1):
+        if stream_interval < 1:
+            raise ValueError(f"stream_interval {stream_interval}: hand tokens over every 1 or more steps")
         self.runner = runner
         self.config = config
+        # A request's tokens handed to its callback every this many of its steps (TensorRT-LLM's LLM-API
+        # stream_interval): the first step's at once, the last with the finish. Each hand-over is a response through Triton's python backend, its
+        # ensemble and the detokenizer, whose CPU a small host takes from the engine's steps (perf/README.md).
+        self.stream_interval = stream_interval
         self.max_input_len = max_input_len or config.max_seq_len - 1
         self.scheduler = Scheduler(config)
         self.timeline = timeline or Timeline()
@@ -140,7 +149,8 @@ class Engine:
                 "device": str(getattr(runner, "device", "cpu")),
                 "threads": torch.get_num_threads(), "startup_seconds": self.startup_seconds,
                 "enable_chunked_context": c.enable_chunked_context, "enable_kv_cache_reuse": c.enable_kv_cache_reuse,
-                "batch_scheduler_policy": c.batch_scheduler_policy, "max_draft_len": c.max_draft_len}
+                "batch_scheduler_policy": c.batch_scheduler_policy, "max_draft_len": c.max_draft_len,
+                "stream_interval": self.stream_interval}
 
     # ---- the loop ------------------------------------------------------------------------------
     def _drain_inbox(self) -> list[tuple[_Request, RequestOutput]]:
@@ -222,7 +232,18 @@ class Engine:
                              request.first_token_at, now, seq.finish_reason, error)
 
     def _deliver(self, request: _Request, output: RequestOutput) -> None:
-        if request.callback is None or not (output.finished or output.new_tokens or output.error):
+        if request.callback is None:
+            return
+        # TensorRT-LLM's PyTorch executor's rule: a response at a request's first decoding iteration, at every
+        # stream_interval-th, and at its end (an iteration's tokens stay together: a speculative step gives several)
+        request.iterations += bool(output.new_tokens)
+        due = request.iterations == 1 or request.iterations % self.stream_interval == 0
+        if output.new_tokens and not (due or output.finished or output.error):
+            request.held += output.new_tokens
+            return
+        if request.held:
+            output.new_tokens, request.held = request.held + output.new_tokens, []
+        if not (output.finished or output.new_tokens or output.error):
             return
         try:
             request.callback(output)
@@ -385,6 +406,7 @@ def open_engine(engine_dir, *, threads: int | None = None, device: str | None = 
         max_draft_len=limits.get("max_draft_len", 0))
     if warm_up:
         runner.warm_up(config.max_batch_size, config.max_num_tokens)
-    engine = Engine(runner, config, max_input_len=limits["max_input_len"], timeline=Timeline(timeline_path))
+    engine = Engine(runner, config, max_input_len=limits["max_input_len"], timeline=Timeline(timeline_path),
+                    stream_interval=limits.get("stream_interval", 1))
     engine.startup_seconds = round(time.perf_counter() - started, 3)
     return engine

@@ -4,12 +4,14 @@
 In: input_ids, input_lengths, request_output_len, end_id, streaming, and the sampling tensors as
 TensorRT-LLM takes them (temperature, runtime_top_k, runtime_top_p, seed, beam_width = 1).
 Out: output_ids [1, 1, tokens] and sequence_length, one response per step's new tokens when
-streaming, one response at the end otherwise. A request the engine refuses (too long, bad sampling
+streaming (per stream_interval steps' with that parameter > 1: the first at once, the rest with the
+end), one response at the end otherwise. A request the engine refuses (too long, bad sampling
 values) gets one error response naming the fix.
 
 Parameters (config.pbtxt, written by `toolkit repo`): engine_dir; cpu_threads; and, overriding the
 build's engine_config.json, enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy
-(TensorRT-LLM's meanings), max_draft_len (> 0: n-gram speculative decoding). The engine appends one
+(TensorRT-LLM's meanings), max_draft_len (> 0: n-gram speculative decoding); stream_interval (the LLM
+API's). The engine appends one
 JSON line per step to engine_timeline.jsonl in this model's directory (timeline.py), and says what it
 runs (kernels, dtypes, options, start-up time) in engine_info.json there.
 
@@ -83,7 +85,8 @@ class TritonPythonModel:
             enable_chunked_context=_flag(params, "enable_chunked_context"),
             enable_kv_cache_reuse=_flag(params, "enable_kv_cache_reuse"),
             batch_scheduler_policy=params.get("batch_scheduler_policy") or None,
-            max_draft_len=int(params["max_draft_len"]) if params.get("max_draft_len") else None)
+            max_draft_len=int(params["max_draft_len"]) if params.get("max_draft_len") else None,
+            stream_interval=int(params["stream_interval"]) if params.get("stream_interval") else None)
         self.exporter = MetricsExporter(pb_utils, model_config["name"])
         self.streams: dict[str, _Stream] = {}
         self._step_times: list[float] = []
