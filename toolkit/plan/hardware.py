@@ -117,6 +117,11 @@ class HardwareSpec:
         curve = self.probe["read_curve_bytes_s"]
         return _interpolate([(math.log2(int(mib) * 2**20), rate) for mib, rate in curve.items()], math.log2(nbytes))
 
+    def decode_attention_rate(self) -> float | None:
+        """Head-tokens/s of the CPU engine's decode attention: one query row a sequence over its paged context, read
+        from memory (a decode step's weights have evicted it). None off the CPU engine or where the probe has none."""
+        return self.probe.get("attention_head_tokens_s") if self.kind == "cpu" else None
+
     def prefill_attention_rate(self, tokens: int) -> float | None:
         """Head-tokens/s of a prompt's causal attention on the CPU engine at `tokens` tokens: probed as a prompt calls
         the kernel (every row over the same cache, in L2 / L3) at a few lengths, linear between them; where the probe
@@ -126,7 +131,7 @@ class HardwareSpec:
         rates = self.probe.get("attention_prefill_head_tokens_s")
         if rates:
             return _interpolate([(int(n), rate) for n, rate in rates.items()], tokens)
-        return self.probe.get("attention_head_tokens_s")
+        return self.decode_attention_rate()
 
     def working_set_factor(self, step_bytes: float) -> float:
         """How much faster (or slower) than the probed streaming rates a step reads `step_bytes` that it re-reads

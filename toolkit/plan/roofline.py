@@ -91,7 +91,7 @@ def decode_step(spec: ModelSpec, hw: HardwareSpec, d: Deployment, batch: int, co
     per_layer = 2 * allreduce_seconds(message, d.tp, link, d.allreduce_latency_us * 1e-6)  # attention + MLP
     allreduce_s = per_layer * spec.num_layers / d.pp
     overhead_s = hw.step_overhead_s + batch * hw.sequence_overhead_s
-    attention_rate = hw.probe.get("attention_head_tokens_s") if hw.kind == "cpu" else None
+    attention_rate = hw.decode_attention_rate()
     if attention_rate:
         # The CPU engine runs attention as its own kernel after the GEMMs, bound by its arithmetic (probed
         # rate) or by reading the KV, whichever is slower; it does not overlap the weights' stream.
