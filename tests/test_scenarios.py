@@ -274,6 +274,10 @@ def test_gpu_repositories_carry_the_fix_levers():
     assert lever_gaps(scenario_config(base, SCENARIOS["shared-prefix"]), SCENARIOS["shared-prefix"]) == []
     assert "not configured by this toolkit" in lever_gaps(scenario_config(base, SCENARIOS["speculative"]),
                                                           SCENARIOS["speculative"])[0]
+    streams = SCENARIOS["streaming-overhead"]
+    assert "C++ backend" in lever_gaps(scenario_config(base, streams), streams)[0]
+    llmapi = load_config("configs/gpu-llama3-8b-fp8-tp2.yaml", {"engine.target": "llmapi"})
+    assert lever_gaps(scenario_config(llmapi, streams), streams) == []
 
 
 def test_scenario_report_from_runs_with_a_real_improvement(tmp_path):

@@ -1,5 +1,6 @@
-"""The scenarios: the four production failures the guides name, plus the two levers that cut latency
-when a workload allows them (prefix reuse, speculative decoding). Each is pure data over a config."""
+"""The scenarios: the four production failures the guides name, plus the levers that cut latency when a
+workload allows them (prefix reuse, speculative decoding, fewer streamed responses). Each is pure data over a
+config."""
 
 from __future__ import annotations
 
@@ -91,6 +92,11 @@ def _speculative_workload(c: DeploymentConfig) -> dict:
             "sweep.concurrencies": f"[1,{c.engine.max_batch_size}]", "sweep.mode": "concurrency"}
 
 
+def _many_streams_workload(c: DeploymentConfig) -> dict:
+    return {"sweep.workload.kind": "synthetic", "sweep.lengths": "null", "sweep.output_tokens": 48,
+            "sweep.concurrencies": f"[{c.engine.max_batch_size}]", "sweep.mode": "concurrency"}
+
+
 SCENARIOS = {s.name: s for s in (
     Scenario("sluggish-start", "a long prompt's first token takes long",
              "prefill reads the whole prompt in one compute-bound pass: TTFT grows about linearly with its length",
@@ -133,6 +139,12 @@ SCENARIOS = {s.name: s for s in (
              ("speculative_decoding",), _speculative_workload,
              lambda c: {"engine.speculative_decoding": "ngram"}, (Judged("itl", title="ITL"),), "itl_by_step",
              lambda c: {"engine.speculative_decoding": "none"}),
+    Scenario("streaming-overhead", "at many streams, tokens reach users slower than the engine makes them",
+             "every token is a response of its own through the server's frontend, ensemble and detokenizer, whose CPU "
+             "the engine's host shares", "stream-interval", "engine.stream_interval 4: each stream's tokens go out at "
+             "its first step, every 4th and its last, a quarter of the responses", ("stream_interval",),
+             _many_streams_workload, lambda c: {"engine.stream_interval": "4"}, (Judged("itl", title="ITL"),),
+             "itl_by_step", lambda c: {"engine.stream_interval": "1"}),
 )}
 
 

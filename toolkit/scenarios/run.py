@@ -25,9 +25,12 @@ def lever_gaps(config: DeploymentConfig, sc: Scenario) -> list[str]:
     them as parameters (checked by `toolkit repo check`); the CPU engine honours them once its Triton
     model runs the toolkit's engine runtime (toolkit/engine/runtime/)."""
     if target_of(config).on_gpu:
-        return [f"{lever} on TensorRT-LLM targets is not configured by this toolkit (Medusa / EAGLE / lookahead "
-                "need their own engine build): the workload runs, the fix cannot show"
-                for lever in sc.levers if lever == "speculative_decoding"]
+        return ([f"{lever} on TensorRT-LLM targets is not configured by this toolkit (Medusa / EAGLE / lookahead "
+                 "need their own engine build): the workload runs, the fix cannot show"
+                 for lever in sc.levers if lever == "speculative_decoding"]
+                + [f"{lever}: TensorRT-LLM's C++ backend (target trtllm) streams every step's tokens and has no such "
+                   "parameter (target llmapi has): the fix cannot run" for lever in sc.levers
+                   if lever == "stream_interval" and config.engine.target == "trtllm"])
     if not sc.levers:
         return []
     source = CPU_ENGINE_MODEL.read_text() if CPU_ENGINE_MODEL.is_file() else ""
