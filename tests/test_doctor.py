@@ -169,6 +169,8 @@ def test_stalls_in_one_long_engine_step_are_the_host_and_in_prefill_steps_are_pr
                   + [(a + 0.001, b - a - 0.002, prefill, 1) for a, b in stalls])
         found = _spikes(run)
         assert expected in found.evidence and lever in found.lever, found
+        # the embedded engine on the CPU: the serving processes take its cores mid-step
+        assert ("engine.stream_interval above 1 (now 1)" in found.lever) == (prefill == 0)
 
 
 def test_stalls_without_a_timeline_at_concurrency_1_are_not_blamed_on_prefill(tmp_path):

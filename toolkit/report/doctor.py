@@ -226,7 +226,8 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
                                    else ""))
         commonest = max(counts, key=counts.get)
         engine = _engine(run)
-        if commonest == "delivery" and engine.get("device", "cpu") == "cpu":
+        on_host_cores = engine.get("device", "cpu") == "cpu"  # the embedded engine shares the serving host's cores
+        if commonest == "delivery" and on_host_cores:
             # The 2-core demo: one engine thread instead of two removed these stalls (gap p99 at concurrency 4
             # 16-19 ms against 42-230) but cost TTFT +62-72 % and 30 % of tokens/s; two detokenizer instances left
             # them as they were (perf/README, 2026-11-27).
@@ -240,7 +241,12 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
                              "of engine speed, or run the client on another host; else " + held_by)
         lever = {"prefill": "a prefill is blocking running decodes: " + PREFILL_STALL_LEVER,
                  "engine step": "single engine steps without prefill ran long: the host held the engine back "
-                                "(other work on its cores, swapping, a pause in its process): check host CPU use",
+                                "(other work on its cores, swapping, a pause in its process): check host CPU use"
+                                + ("; the serving processes share the engine's cores, and a step waits for whichever "
+                                   "of its threads lost its core to them (the demo's steps served ran 1.4-1.6x the "
+                                   "engine alone): engine.stream_interval above 1 (now "
+                                   f"{engine.get('stream_interval') or 1}) sends fewer responses"
+                                   if on_host_cores else ""),
                  "delivery": response_path,
                  "engine idle": "the engine had nothing of these requests to step: they waited for a batch slot or "
                                 "KV blocks (see the queueing and KV-cache findings)"}[commonest]
