@@ -107,9 +107,10 @@ class EngineSection(_Section):
     # client on the same small machine, fewer threads than cores can serve faster).
     cpu_threads: int | None = Field(None, ge=1)
     # Streaming: each request's tokens go out every this many of its steps (the first at once, the rest with the
-    # finish), as TensorRT-LLM's LLM-API stream_interval (vLLM's and SGLang's --stream-interval): fewer responses through Triton, its ensemble and the detokenizer, whose
-    # CPU a small host takes from the engine (CPU demo at 8 streams: ITL 12.5 -> 9.1 ms with 4, perf/README.md).
-    # Targets cpu and llmapi; TensorRT-LLM's C++ backend (target trtllm) sends every step's tokens.
+    # finish), as TensorRT-LLM's LLM-API stream_interval (vLLM's and SGLang's --stream-interval): fewer responses
+    # through Triton, its ensemble and the detokenizer, whose CPU a small host takes from the engine (the CPU demo at
+    # 8 streams: ITL 10.6 -> 8.4 ms with 4, `toolkit ab`, perf/README.md). Targets cpu and llmapi; TensorRT-LLM's
+    # C++ backend (target trtllm) sends every step's tokens.
     stream_interval: int = Field(1, ge=1)
     # The embedded engine (target cpu) on a GPU: the same engine in torch ops with decode steps replayed from CUDA
     # graphs (docs/gpu-validation.md). A check of the model and formats where TensorRT-LLM is absent, not the GPU

@@ -75,8 +75,9 @@ class Engine:
         self.runner = runner
         self.config = config
         # A request's tokens handed to its callback every this many of its steps (TensorRT-LLM's LLM-API
-        # stream_interval): the first step's at once, the last with the finish. Each hand-over is a response through Triton's python backend, its
-        # ensemble and the detokenizer, whose CPU a small host takes from the engine's steps (perf/README.md).
+        # stream_interval): the first step's at once, the last with the finish. Each hand-over is a response through
+        # Triton's python backend, its ensemble and the detokenizer, whose CPU a small host takes from the engine's
+        # steps (perf/README.md).
         self.stream_interval = stream_interval
         self.max_input_len = max_input_len or config.max_seq_len - 1
         self.scheduler = Scheduler(config)
