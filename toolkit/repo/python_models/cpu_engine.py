@@ -25,6 +25,7 @@ package (toolkit.engine.runtime, importable without Triton), never the CLI or th
 
 import json
 import queue
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -74,6 +75,11 @@ def sampling_params(request) -> SamplingParams:
 
 class TritonPythonModel:
     def initialize(self, args):
+        # The response thread waits for the GIL while the engine's thread runs Python between its steps; at the
+        # interpreter's default 5 ms the tiny model made a whole answer before its first token left. At 0.5 ms, the
+        # demo at one stream: ITL p50 4.7 / 4.2 / 4.9 -> 4.1 / 4.0 / 3.7 ms (3 rounds alternating), 8 streams within
+        # noise; the tiny model at 8: 0.9-1.6 -> 0.7-1.0 ms (perf/README "Served: the response path's CPU").
+        sys.setswitchinterval(0.0005)
         model_config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
         threads = int(params["cpu_threads"]) if params.get("cpu_threads") else None
@@ -134,8 +140,11 @@ class TritonPythonModel:
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _send_loop(self):
-        # Responses go out on this thread, not the engine's: Triton's send costs tens of microseconds per
-        # response, which would add up per stream to every step; here it overlaps the next forward pass.
+        # Responses go out on this thread, not the engine's: a send is a round trip to tritonserver (~0.65 ms here,
+        # 0.15 of it this thread's CPU), which would add up per stream to every step; here it overlaps the next
+        # forward pass. One response per output, never merged here: the detokenizer decodes each response's tokens
+        # on their own, so merging what piled up (vLLM's collector does) made a seeded answer's text depend on when
+        # the sends fell behind (perf/README "Served: the response path's CPU").
         while (item := self._outbox.get()) is not None:
             stream, out = item
             try:
