@@ -33,6 +33,9 @@ class EngineTarget:
     python_model_instances: int
     # Wraps each MPI rank's tritonserver when TP × PP > 1.
     rank_launcher: tuple[str, ...] = ()
+    # Its engine takes engine.stream_interval (the embedded engine; the LLM API's stream_interval); TensorRT-LLM's
+    # C++ backend streams every step's tokens and has no such parameter.
+    takes_stream_interval: bool = True
     # Dynamo's disaggregated prefill/decode workers can serve it.
     disaggregates: bool = False
 
@@ -119,6 +122,7 @@ class _TensorRTLLM(EngineTarget):
 
 class TRTLLM(_TensorRTLLM):
     name = "trtllm"
+    takes_stream_interval = False
 
     def build(self, config: DeploymentConfig, checkpoint_dir: Path, engine_dir: Path, limits: EngineConfig,
               quantize_inputs: dict) -> dict:
@@ -143,7 +147,7 @@ class TRTLLM(_TensorRTLLM):
         from toolkit.errors import ToolkitError
         from toolkit.repo.writer import trtllm_parameters
 
-        if config.engine.stream_interval > 1:
+        if config.engine.stream_interval > 1 and not self.takes_stream_interval:
             raise ToolkitError(f"engine.stream_interval {config.engine.stream_interval}: TensorRT-LLM's C++ backend "
                                "(target trtllm) streams every step's tokens and has no such parameter",
                                "set engine.stream_interval 1, or serve with engine.target llmapi (the LLM API's "

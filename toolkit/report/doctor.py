@@ -227,6 +227,7 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
         commonest = max(counts, key=counts.get)
         engine = _engine(run)
         on_host_cores = engine.get("device", "cpu") == "cpu"  # the embedded engine shares the serving host's cores
+        interval = engine.get("stream_interval") or 1
         if commonest == "delivery" and on_host_cores:
             # The 2-core demo: one engine thread instead of two removed these stalls (gap p99 at concurrency 4
             # 16-19 ms against 42-230) but cost TTFT +62-72 % and 30 % of tokens/s; two detokenizer instances left
@@ -235,7 +236,7 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
             threads = engine.get("cpu_threads") or "every core"
             response_path = ("the serving processes (Triton's frontend, the detokenizer, a client on this host) "
                              "wait for CPU beside an engine that fills the cores: engine.stream_interval above 1 "
-                             f"(now {engine.get('stream_interval') or 1}) sends each stream's tokens every that many "
+                             f"(now {interval}) sends each stream's tokens every that many "
                              "steps, fewer responses through Triton and the detokenizer, at no cost in engine speed; "
                              f"engine.cpu_threads below the core count (now {threads}) leaves them a core, at the cost "
                              "of engine speed, or run the client on another host; else " + held_by)
@@ -244,8 +245,8 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
                                 "(other work on its cores, swapping, a pause in its process): check host CPU use"
                                 + ("; the serving processes share the engine's cores, and a step waits for whichever "
                                    "of its threads lost its core to them (the demo's steps served ran 1.4-1.6x the "
-                                   "engine alone): engine.stream_interval above 1 (now "
-                                   f"{engine.get('stream_interval') or 1}) sends fewer responses"
+                                   f"engine alone): engine.stream_interval above 1 (now {interval}) sends fewer "
+                                   "responses"
                                    if on_host_cores else ""),
                  "delivery": response_path,
                  "engine idle": "the engine had nothing of these requests to step: they waited for a batch slot or "

@@ -24,13 +24,14 @@ def lever_gaps(config: DeploymentConfig, sc: Scenario) -> list[str]:
     """Levers of the fix that the served engine would ignore, one line each. TensorRT-LLM targets take
     them as parameters (checked by `toolkit repo check`); the CPU engine honours them once its Triton
     model runs the toolkit's engine runtime (toolkit/engine/runtime/)."""
-    if target_of(config).on_gpu:
-        return ([f"{lever} on TensorRT-LLM targets is not configured by this toolkit (Medusa / EAGLE / lookahead "
-                 "need their own engine build): the workload runs, the fix cannot show"
-                 for lever in sc.levers if lever == "speculative_decoding"]
-                + [f"{lever}: TensorRT-LLM's C++ backend (target trtllm) streams every step's tokens and has no such "
-                   "parameter (target llmapi has): the fix cannot run" for lever in sc.levers
-                   if lever == "stream_interval" and config.engine.target == "trtllm"])
+    target = target_of(config)
+    if "stream_interval" in sc.levers and not target.takes_stream_interval:
+        return [f"stream_interval: target {target.name} streams every step's tokens (TensorRT-LLM's C++ backend has no "
+                "such parameter; target llmapi has): the fix cannot run"]
+    if target.on_gpu:
+        return [f"{lever} on TensorRT-LLM targets is not configured by this toolkit (Medusa / EAGLE / lookahead "
+                "need their own engine build): the workload runs, the fix cannot show"
+                for lever in sc.levers if lever == "speculative_decoding"]
     if not sc.levers:
         return []
     source = CPU_ENGINE_MODEL.read_text() if CPU_ENGINE_MODEL.is_file() else ""

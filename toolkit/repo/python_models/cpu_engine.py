@@ -11,9 +11,9 @@ values) gets one error response naming the fix.
 Parameters (config.pbtxt, written by `toolkit repo`): engine_dir; cpu_threads; and, overriding the
 build's engine_config.json, enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy
 (TensorRT-LLM's meanings), max_draft_len (> 0: n-gram speculative decoding); stream_interval (the LLM
-API's). The engine appends one
-JSON line per step to engine_timeline.jsonl in this model's directory (timeline.py), and says what it
-runs (kernels, dtypes, options, start-up time) in engine_info.json there.
+API's). The engine appends one JSON line per step to engine_timeline.jsonl in this model's directory
+(timeline.py), and says what it runs (kernels, dtypes, options, start-up time) in engine_info.json
+there.
 
 Metrics on Triton's /metrics: TensorRT-LLM's nv_trt_llm_* families and the toolkit's own
 (toolkit/engine/runtime/metrics.py), refreshed by a small thread every 0.1 s. Responses go out on a
