@@ -157,6 +157,18 @@ def test_stalls_the_engine_stepped_through_are_the_response_path_not_prefill(tmp
     assert found.lever.startswith("the response path held tokens") and "cpu_threads" not in found.lever
 
 
+def test_delivery_stalls_name_a_client_in_another_session_first(tmp_path):
+    """The sweep recorded that it ran in another session's scheduler autogroup than the local server: on a host
+    the server fills, that client waits for cores, and that is named before the response path's other parts."""
+    split = {"client": "/autogroup-476", "server": "/autogroup-561"}
+    run = make_run(tmp_path, {1: [record(0, "c1", 0.05, STALLED_GAPS)]}, run_meta={"host_scheduling": split})
+    _timeline(tmp_path, [(0.05 + 0.005 * k, 0.004, 0, 1) for k in range(200)])
+    found = _spikes(run)
+    assert found.lever.startswith("the sweep client ran in another session than the server on this host "
+                                  "(scheduler autogroups /autogroup-476 / /autogroup-561)")
+    assert "kernel.sched_autogroup_enabled=0" in found.lever and "engine.stream_interval" in found.lever
+
+
 def test_stalls_in_one_long_engine_step_are_the_host_and_in_prefill_steps_are_prefill(tmp_path):
     stalls = _stalls([record(0, "c2", 0.05, STALLED_GAPS)])
     for prefill, expected, lever in ((0, "100 % engine step", "the host held the engine back"),

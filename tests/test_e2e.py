@@ -144,6 +144,18 @@ def test_sweep_and_report_are_consistent(served):
     assert "## Concurrency 4" in report and "Prefill vs decode" in report and "Time to first token" in report
 
 
+def test_server_has_its_own_process_group_in_the_callers_session(served):
+    """`toolkit stop` ends the group and Ctrl-C does not reach it; in the caller's session so that the kernel's
+    autogroups do not split the cores between a sweep client and the server (OWN_PROCESS_GROUP)."""
+    import os
+
+    _, _, handle = served
+    assert os.getpgid(handle.pid) == handle.pid != os.getpgid(0)
+    assert os.getsid(handle.pid) == os.getsid(0)
+    assert handle.openai_pid and os.getpgid(handle.openai_pid) == handle.openai_pid
+    assert os.getsid(handle.openai_pid) == os.getsid(0)
+
+
 def test_sweep_over_http_endpoint(served):
     config, layout, _ = served
     http_config = config.model_copy(update={"sweep": config.sweep.model_copy(

@@ -109,6 +109,13 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
             "endpoint": config.sweep.endpoint, "sweep": config.sweep.model_dump(), "engine": config.engine.model_dump(),
             "plan": {"gpu": config.plan.gpu}, "label": label, **(extra_info or {})}
     info.update(served_engine_info(config, layout))
+    split = _client_server_autogroups(config, layout)
+    if split:
+        info["host_scheduling"] = split
+        progress(f"warning: this sweep runs in another session than the server on this host (scheduler autogroups "
+                 f"{split['client']} / {split['server']}): the kernel shares the cores between sessions, and a client "
+                 "woken on a core the server fills can wait 100+ ms, measured as token gaps. Run it from the shell "
+                 "that started the server, set kernel.sched_autogroup_enabled=0, or run the client on another host")
     try:  # lets reports hold the measurements against `toolkit plan`
         info["model_spec"] = model_spec_for(config, layout).to_dict()
         info["plan_deployment"] = deployment_for_plan(config).__dict__
@@ -128,6 +135,15 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
     fetch_engine_timeline(config, layout, run_dir, started)
     write_run_plan(config, layout, run_dir)
     return run_dir
+
+
+def _client_server_autogroups(config: DeploymentConfig, layout: ArtifactLayout) -> dict | None:
+    """separate_autogroups for the server `toolkit serve` started (not for sweep.url's, which may be remote)."""
+    from toolkit.serve.server import ServerHandle, separate_autogroups
+
+    if config.sweep.url or not layout.server_state_file.is_file():
+        return None
+    return separate_autogroups(ServerHandle.load(layout.server_state_file).pid)
 
 
 def write_run_plan(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path) -> None:
