@@ -231,7 +231,8 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
         if commonest == "delivery" and on_host_cores:
             # The 2-core demo: one engine thread instead of two removed these stalls (gap p99 at concurrency 4
             # 16-19 ms against 42-230) but cost TTFT +62-72 % and 30 % of tokens/s; two detokenizer instances left
-            # them as they were (perf/README, 2026-11-27).
+            # them as they were (perf/README, 2026-11-27). Most of those were the client waiting for a core across
+            # scheduler autogroups, gone since the server stays in the caller's session (perf/README "Served").
             # engine.stream_interval 4 took the demo's 8-stream ITL from 11.5 to 8.0 ms (perf/README, 2026-11-28).
             threads = engine.get("cpu_threads") or "every core"
             response_path = ("the serving processes (Triton's frontend, the detokenizer, a client on this host) "
