@@ -42,3 +42,26 @@ def test_nothing_to_say_when_autogroups_are_off(tmp_path, monkeypatch):
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.skipif(not _autogroups_on(), reason="kernel.sched_autogroup_enabled is off or absent on this host")
+def test_the_sweep_stage_looks_at_the_server_toolkit_serve_started(tmp_path):
+    """What `toolkit sweep` records and warns about: the server in the state file `toolkit serve` wrote; nothing for
+    sweep.url's server, which may be on another host."""
+    from e2e_helpers import tiny_deployment
+    from toolkit.pipeline import _client_server_autogroups
+    from toolkit.serve.server import ServerHandle
+
+    config, layout = tiny_deployment(tmp_path, tmp_path / "no-model")
+    assert _client_server_autogroups(config, layout) is None  # no server started
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        layout.server_state_file.parent.mkdir(parents=True, exist_ok=True)
+        ServerHandle(other.pid, "127.0.0.1", 1, 2, 3, "log", "repo").save(layout.server_state_file)
+        split = _client_server_autogroups(config, layout)
+        assert split == separate_autogroups(other.pid) and split is not None
+        remote, remote_layout = tiny_deployment(tmp_path, tmp_path / "no-model", sweep={"url": "127.0.0.1:8001"})
+        assert _client_server_autogroups(remote, remote_layout) is None
+    finally:
+        other.kill()
+        other.wait()
