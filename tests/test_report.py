@@ -206,6 +206,15 @@ def test_run_header_says_an_unquantized_kv_cache_is_one_not_none(tmp_path):
         assert expected in run_header(RunDir.open(tmp_path))
 
 
+def test_run_header_says_when_the_client_ran_in_another_session_than_the_server(tmp_path):
+    split = {"client": "/autogroup-476", "server": "/autogroup-561"}
+    for info, shown in (({"model": "small"}, False), ({"model": "small", "host_scheduling": split}, True)):
+        (tmp_path / "summary.json").write_text(json.dumps({"run": info, "steps": []}))
+        lines = [line for line in run_header(RunDir.open(tmp_path)) if line.startswith("- client:")]
+        assert bool(lines) == shown
+    assert "`/autogroup-476` / `/autogroup-561`" in lines[0]
+
+
 @pytest.mark.parametrize("lines,below", [(6, False), (12, True)])
 def test_a_long_legend_goes_below_the_axes_and_the_figure_grows_to_hold_it(lines, below):
     """An A/B of 3 + 3 repetitions draws 12 latency lines: a legend that long inside the axes covers them."""

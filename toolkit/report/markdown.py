@@ -260,6 +260,11 @@ def run_header(run: RunDir) -> list[str]:
                    f"{s.get('output_tokens_stddev', 0)} tokens (ignore EOS), {s.get('warmup_requests')} warm-up "
                    f"requests before the sweep and {s.get('step_warmup_requests') or 0} opening each step "
                    f"excluded, seed {s.get('seed')}")
+    split = info.get("host_scheduling")
+    if split:
+        out.append(f"- client: in another session than the server on this host (scheduler autogroups "
+                   f"`{split['client']}` / `{split['server']}`); where the server fills the cores, the client waits "
+                   "for them and token gaps grow (perf/README \"Served\")")
     if run.summary.get("aborted"):
         out += ["", f"> **Partial run:** {run.summary['aborted']}. The steps below hold what was measured."]
     return out
