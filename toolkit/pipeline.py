@@ -112,10 +112,11 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
     split = _client_server_autogroups(config, layout)
     if split:
         info["host_scheduling"] = split
+        from toolkit.serve.server import AUTOGROUP_FIX
+
         progress(f"warning: this sweep runs in another session than the server on this host (scheduler autogroups "
                  f"{split['client']} / {split['server']}): the kernel shares the cores between sessions, and a client "
-                 "woken on a core the server fills can wait 100+ ms, measured as token gaps. Run it from the shell "
-                 "that started the server, set kernel.sched_autogroup_enabled=0, or run the client on another host")
+                 f"woken on a core the server fills can wait 100+ ms, measured as token gaps: {AUTOGROUP_FIX}")
     try:  # lets reports hold the measurements against `toolkit plan`
         info["model_spec"] = model_spec_for(config, layout).to_dict()
         info["plan_deployment"] = deployment_for_plan(config).__dict__

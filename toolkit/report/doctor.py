@@ -243,12 +243,12 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
                              "of engine speed, or run the client on another host; else " + held_by)
         split = (run.summary.get("run") or {}).get("host_scheduling")
         if commonest == "delivery" and split:
+            from toolkit.serve.server import AUTOGROUP_FIX
+
             response_path = (f"the sweep client ran in another session than the server on this host (scheduler "
                              f"autogroups {split['client']} / {split['server']}), and the kernel shares the cores "
                              "between sessions: a client woken on a core the server fills waited up to 130 ms here "
-                             "(perf/README \"Served\"); sweep from the shell that started the server, set "
-                             "kernel.sched_autogroup_enabled=0, or run the client on another host. Beyond that, "
-                             + response_path)
+                             f"(perf/README \"Served\"); {AUTOGROUP_FIX}. Beyond that, " + response_path)
         lever = {"prefill": "a prefill is blocking running decodes: " + PREFILL_STALL_LEVER,
                  "engine step": "single engine steps without prefill ran long: the host held the engine back "
                                 "(other work on its cores, swapping, a pause in its process): check host CPU use"

@@ -35,6 +35,9 @@ OWN_PROCESS_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"p
 
 
 AUTOGROUP_SETTING = Path("/proc/sys/kernel/sched_autogroup_enabled")
+# What to do when separate_autogroups names two groups (the sweep's warning and the doctor's lever say it).
+AUTOGROUP_FIX = ("sweep from the shell that started the server, set kernel.sched_autogroup_enabled=0, or run the client "
+                 "on another host")
 
 
 def separate_autogroups(server_pid: int, client_pid: int | None = None) -> dict | None:
