@@ -19,7 +19,6 @@ import engine_bench  # noqa: E402
 from toolkit.engine.runtime.model_runner import ModelRunner  # noqa: E402
 
 
-
 def competitor(busy_ms: float, period_ms: float, stop) -> None:
     """Spin busy_ms of every period_ms until stopped."""
     while not stop.is_set():

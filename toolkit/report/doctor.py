@@ -253,7 +253,7 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
                  "engine step": "single engine steps without prefill ran long: the host held the engine back "
                                 "(other work on its cores, swapping, a pause in its process): check host CPU use"
                                 + ("; the serving processes share the engine's cores, and a step waits for whichever "
-                                   "of its threads lost its core to them (the demo's steps served ran 1.4-1.6x the "
+                                   "of its threads lost its core to them (the demo's steps served ran 1.4-1.7x the "
                                    f"engine alone): engine.stream_interval above 1 (now {interval}) sends fewer "
                                    "responses"
                                    if on_host_cores else ""),

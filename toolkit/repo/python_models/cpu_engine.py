@@ -140,11 +140,11 @@ class TritonPythonModel:
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _send_loop(self):
-        # Responses go out on this thread, not the engine's: a send is a round trip to tritonserver (~0.65 ms here,
-        # 0.15 of it this thread's CPU), which would add up per stream to every step; here it overlaps the next
-        # forward pass. One response per output, never merged here: the detokenizer decodes each response's tokens
-        # on their own, so merging what piled up (vLLM's collector does) made a seeded answer's text depend on when
-        # the sends fell behind (perf/README "Served: the response path's CPU").
+        # Responses go out on this thread, not the engine's: a send is a round trip to tritonserver (0.1-0.2 ms p50
+        # of wall here, up to 0.6 at p90, on 2026-11-28), which would add up per stream to every step; here it
+        # overlaps the next forward pass. One response per output, never merged here: the detokenizer decodes each
+        # response's tokens on their own, so merging what piled up (vLLM's collector does) made a seeded answer's
+        # text depend on when the sends fell behind (perf/README "Served: the response path's CPU").
         while (item := self._outbox.get()) is not None:
             stream, out = item
             try:
