@@ -33,7 +33,7 @@ setup-tools:
 	      prometheus haproxy >/dev/null; } || echo "setup-tools: could not install prometheus/haproxy; their tests will skip"
 
 test: setup setup-tools
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -rs -m "not slow"
 
 # The minutes-long timed runs left out of `make test` (the autoscaling testbed ramp).
 test-slow: setup setup-tools

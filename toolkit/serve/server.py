@@ -34,7 +34,8 @@ from toolkit.targets import target_of
 OWN_PROCESS_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
-AUTOGROUP_SETTING = Path("/proc/sys/kernel/sched_autogroup_enabled")
+PROC = Path("/proc")
+AUTOGROUP_SETTING = PROC / "sys/kernel/sched_autogroup_enabled"
 # What to do when separate_autogroups names two groups (the sweep's warning and the doctor's lever say it).
 AUTOGROUP_FIX = ("sweep from the shell that started the server, set kernel.sched_autogroup_enabled=0, or run the client "
                  "on another host")
@@ -43,11 +44,14 @@ AUTOGROUP_FIX = ("sweep from the shell that started the server, set kernel.sched
 def separate_autogroups(server_pid: int, client_pid: int | None = None) -> dict | None:
     """{"client": ..., "server": ...} (as /proc/<pid>/autogroup names them) when Linux's autogroup scheduling is on
     and a server process on this host runs in another session's autogroup than the client (this process); else
-    None. On a host the server fills, the client then waits for cores (OWN_PROCESS_GROUP's comment)."""
+    None, also wherever this host cannot tell. On a host the server fills, the client then waits for cores
+    (OWN_PROCESS_GROUP's comment)."""
     try:
         if AUTOGROUP_SETTING.read_text().strip() != "1":
             return None
-        groups = {who: Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+        if os.readlink(PROC / "self") != str(os.getpid()):
+            return None  # /proc is another PID namespace's (a sandbox that kept the host's): its pids are not ours
+        groups = {who: (PROC / str(pid) / "autogroup").read_text().split()[0]
                   for who, pid in (("client", client_pid or os.getpid()), ("server", server_pid))}
     except (OSError, IndexError):
         return None  # not Linux, autogroups compiled out, or the server is gone
