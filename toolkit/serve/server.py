@@ -54,7 +54,7 @@ def separate_autogroups(server_pid: int, client_pid: int | None = None) -> dict 
         groups = {who: (PROC / str(pid) / "autogroup").read_text().split()[0]
                   for who, pid in (("client", client_pid or os.getpid()), ("server", server_pid))}
     except (OSError, IndexError):
-        return None  # not Linux, autogroups compiled out, or the server is gone
+        return None  # not Linux, autogroups compiled out, a task in none (init's session: empty), or the server gone
     return groups if groups["client"] != groups["server"] else None
 
 
