@@ -78,7 +78,7 @@ def main() -> None:
         for batch in batches:
             for i in ((0, 1) if repeat % 2 == 0 else (1, 0)):
                 runner, bench = builds[i]
-                best[(i, batch)] = min(best[(i, batch)], bench._median_step(runner, batch, args.isl, args.osl))
+                best[(i, batch)] = min(best[(i, batch)], bench.median_step(runner, batch, args.isl, args.osl))
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.model}-{args.qformat} "
           f"({builds[1][0].weight_format}), decode step median of {args.osl}, best of {args.repeats}, order alternating")
     for batch in batches:

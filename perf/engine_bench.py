@@ -97,7 +97,7 @@ def _steps(batch: int, isl: int, start_token: int = 5):
     return synthetic_steps(batch, isl, BLOCK, start_token=start_token)
 
 
-def _median_step(runner, batch: int, isl: int, osl: int) -> float:
+def median_step(runner, batch: int, isl: int, osl: int) -> float:
     """`batch` sequences prefilled with `isl` tokens, then `osl` decode steps: the median step (the first two
     left out), in seconds."""
     return median_decode_step(runner, batch, isl, osl, BLOCK)
@@ -353,7 +353,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     result["step_bytes"] = runner.weight_bytes + (isl + osl / 2) * runner.kv_bytes_per_token
     for _ in range(repeats):
         for batch in batches:
-            medians[batch].append(_median_step(runner, batch, isl, osl))
+            medians[batch].append(median_step(runner, batch, isl, osl))
             if read_once is not None:  # three reads, the median: one read alone once ran 17 GB/s in a 33-55 minute
                 reads_after[batch].append(statistics.median(read_once() for _ in range(3)))
             if reprobe is not None:
@@ -410,7 +410,7 @@ def _in_step_parts(runner, batches: list[int], isl: int, osl: int) -> dict[int, 
     for batch in batches:
         runner.decoder.time_parts(True)
         try:
-            _median_step(runner, batch, isl, osl)
+            median_step(runner, batch, isl, osl)
             seconds = runner.decoder.timing_parts()
         finally:
             runner.decoder.time_parts(False)
@@ -476,7 +476,7 @@ def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: 
         runner.decoder.desc.stub_gemms = 1
     if runner.graphs is not None:  # CUDA graphs replay the kernels they captured: capture the stubbed step anew
         runner.graphs.reset()
-    return {batch: min(_median_step(runner, batch, isl, osl) for _ in range(repeats)) for batch in batches}
+    return {batch: min(median_step(runner, batch, isl, osl) for _ in range(repeats)) for batch in batches}
 
 
 # --- peers ----------------------------------------------------------------------------------------

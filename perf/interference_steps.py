@@ -39,7 +39,7 @@ def main() -> None:
                 other = mp.Process(target=competitor, args=(busy, period, stop))
                 other.start()
                 time.sleep(0.2)
-            steps = [min(engine_bench._median_step(runner, batch, 128, 32) for _ in range(3)) * 1e3 for batch in (1, 8)]
+            steps = [min(engine_bench.median_step(runner, batch, 128, 32) for _ in range(3)) * 1e3 for batch in (1, 8)]
             if other:
                 stop.set()
                 other.join()

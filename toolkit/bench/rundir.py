@@ -34,9 +34,14 @@ class RunDir:
         return self.path.name
 
     @property
+    def info(self) -> dict:
+        """What the sweep recorded about the run (config, qformat, engine, served engine, host); {} for old runs."""
+        return self.summary.get("run") or {}
+
+    @property
     def label(self) -> str:
         """Short name for legends: the variant label of an A/B run, else config + qformat."""
-        info = self.summary.get("run", {})
+        info = self.info
         return info.get("label") or f"{info.get('config_name', self.name)} {info.get('qformat', '')}".strip()
 
     @property

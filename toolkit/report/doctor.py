@@ -60,7 +60,7 @@ def check_decode_dominates(run: RunDir) -> list[Finding]:
 def _fewer_bytes(run: RunDir) -> str:
     """The byte cuts this run has not taken yet (fewer weight bits than it has, an 8-bit KV cache), or that
     it has taken them: the lever no longer proposes FP8 weights to a run that serves FP8."""
-    meta = run.summary.get("run") or {}
+    meta = run.info
     qformat, kv = meta.get("qformat") or "none", meta.get("kv_cache_dtype") or "none"
     to_4_bits = "INT4-AWQ weights (4 bits, from 8)"
     weights = {"none": "FP8 or INT4-AWQ weights", "fp8": to_4_bits, "int8_sq": to_4_bits}
@@ -98,7 +98,7 @@ def _python_models_lever(run: RunDir) -> str:
 
 def _engine(run: RunDir) -> dict:
     """The engine settings the run was measured with (the sweep records them in summary.json)."""
-    return (run.summary.get("run") or {}).get("engine") or {}
+    return run.info.get("engine") or {}
 
 
 def _batching_levers(run: RunDir, high: dict) -> list[str]:
@@ -241,7 +241,7 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
                              "steps, fewer responses through Triton and the detokenizer, at no cost in engine speed; "
                              f"engine.cpu_threads below the core count (now {threads}) leaves them a core, at the cost "
                              "of engine speed, or run the client on another host; else " + held_by)
-        split = (run.summary.get("run") or {}).get("host_scheduling")
+        split = run.info.get("host_scheduling")
         if commonest == "delivery" and split:
             from toolkit.serve.server import AUTOGROUP_FIX
 

@@ -45,11 +45,11 @@ def counter_deltas(samples: list[dict]) -> dict[str, float]:
 
 
 def _engine(run: RunDir) -> dict:
-    return run.summary.get("run", {}).get("engine") or {}
+    return run.info.get("engine") or {}
 
 
 def _workload(run: RunDir) -> dict:
-    return (run.summary.get("run", {}).get("sweep") or {}).get("workload") or {}
+    return (run.info.get("sweep") or {}).get("workload") or {}
 
 
 # --- ITL spikes that coincide with prefill -------------------------------------------------------

@@ -55,7 +55,7 @@ def arrow(tag: str) -> str:
 def reported_weight_format(run: RunDir) -> str:
     """What the engine said its kernels run (the CPU runtime's ModelRunner.weight_format, e.g. 'fp8',
     'fp8-widened', 'int4-g128'), where the run recorded it; '' otherwise."""
-    info = run.summary.get("run", {})
+    info = run.info
     environment = run.path / "environment.json"
     env = json.loads(environment.read_text()) if environment.is_file() else {}
     return str(info.get("weight_format") or (info.get("engine") or {}).get("weight_format")
@@ -64,7 +64,7 @@ def reported_weight_format(run: RunDir) -> str:
 
 def compute_dtype(run: RunDir) -> str:
     """The precision the engine computes in when it did not report its kernels."""
-    info = run.summary.get("run", {})
+    info = run.info
     planned = (info.get("plan_deployment") or {}).get("weights") or ""
     if info.get("target") != "cpu":
         return planned  # TensorRT-LLM runs the format's own kernels
@@ -76,7 +76,7 @@ def compute_dtype(run: RunDir) -> str:
 
 def precision(run: RunDir) -> str:
     """'fp8' only where the engine computes in fp8; else e.g. 'fp8 checkpoint, computed in bf16'."""
-    qformat = run.summary.get("run", {}).get("qformat") or "none"
+    qformat = run.info.get("qformat") or "none"
     reported = reported_weight_format(run)
     if reported:
         if qformat == "none":
@@ -85,7 +85,7 @@ def precision(run: RunDir) -> str:
                      for f in reported.split("+"))
         if native:
             return qformat
-        dtype = (run.summary.get("run", {}).get("served_engine") or {}).get("compute_dtype")
+        dtype = (run.info.get("served_engine") or {}).get("compute_dtype")
         return f"{qformat} checkpoint, computed in {dtype} ({reported} kernels)" if dtype else \
             f"{qformat} checkpoint, engine kernels {reported}"
     computed = compute_dtype(run)
@@ -109,7 +109,7 @@ _DIFFERING = (("config_name", "{}"), ("qformat", "{}"), ("kv_cache_dtype", "KV {
 
 def run_labels(runs: list[RunDir]) -> list[str]:
     """Distinct legend labels: the variant (or config), what differs between the runs, repetition, time."""
-    infos = [r.summary.get("run", {}) for r in runs]
+    infos = [r.info for r in runs]
     labels = []
     for run, info in zip(runs, infos):
         parts = [info.get("label") or info.get("config_name") or run.name]
@@ -234,7 +234,7 @@ def phase_table(run: RunDir) -> str:
 
 
 def run_header(run: RunDir) -> list[str]:
-    info = run.summary.get("run", {})
+    info = run.info
     out = [f"- model: `{info.get('model', '?')}` ({precision(run)})"]
     for key in ("config_name", "kv_cache_dtype", "endpoint", "target", "label"):
         if info.get(key) not in (None, ""):
@@ -322,7 +322,7 @@ def report_title(runs: list[RunDir]) -> str:
     if len(runs) > 1:
         return f"{len(runs)} runs compared"
     run = runs[0]
-    info = run.summary.get("run", {})
+    info = run.info
     return f"{info.get('config_name', run.name)}: {info.get('model', '?')} ({precision(run)}), {run_date(run) or run.name}"
 
 

@@ -143,7 +143,7 @@ def interactivity_points(runs: list[RunDir]) -> dict[tuple, list[tuple[float, fl
 
 def replicas_unit(run: RunDir) -> tuple[int, str]:
     """What a throughput is divided by: GPUs (TP × PP) on a GPU target, the one replica on CPU."""
-    info = run.summary.get("run", {})
+    info = run.info
     d = info.get("plan_deployment") or {}
     if info.get("target") == "cpu" or (info.get("plan") or {}).get("gpu") == "cpu":
         return 1, "replica"
