@@ -103,8 +103,9 @@ class EngineSection(_Section):
     # Instances of preprocessing / postprocessing / BLS (every stream's every token passes through them);
     # None: 1 on the CPU target (2 cores), 4 on GPU targets (upstream advises more than one).
     python_model_instances: int | None = Field(None, ge=1)
-    # CPU engine: torch threads for its steps; None: every core it may run on (perf/README.md: with the
-    # client on the same small machine, fewer threads than cores can serve faster).
+    # CPU engine: torch threads for its steps; None: every core it may run on. Fewer leaves the serving path
+    # (and a client on the same machine) a core, but on 2 cores one thread cost TTFT +60-80 % and 20-30 % of
+    # tokens/s for no better ITL (perf/README.md "Engine kernels", the one-thread A/B).
     cpu_threads: int | None = Field(None, ge=1)
     # Streaming: each request's tokens go out every this many of its steps (the first at once, the rest with the
     # finish), as TensorRT-LLM's LLM-API stream_interval (vLLM's and SGLang's --stream-interval): fewer responses
