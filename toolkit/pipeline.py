@@ -112,11 +112,11 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
     split = _client_server_autogroups(config, layout)
     if split:
         info["host_scheduling"] = split
-        from toolkit.serve.server import AUTOGROUP_FIX
+        from toolkit.serve.server import AUTOGROUP_FIX, client_in_another_session
 
-        progress(f"warning: this sweep runs in another session than the server on this host (scheduler autogroups "
-                 f"{split['client']} / {split['server']}): the kernel shares the cores between sessions, and a client "
-                 f"woken on a core the server fills can wait 100+ ms, measured as token gaps: {AUTOGROUP_FIX}")
+        progress(f"warning: this sweep runs {client_in_another_session(split)}: the kernel shares the cores between "
+                 f"sessions, and a client woken on a core the server fills can wait 100+ ms, measured as token gaps: "
+                 f"{AUTOGROUP_FIX}")
     try:  # lets reports hold the measurements against `toolkit plan`
         info["model_spec"] = model_spec_for(config, layout).to_dict()
         info["plan_deployment"] = deployment_for_plan(config).__dict__

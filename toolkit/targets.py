@@ -147,7 +147,7 @@ class TRTLLM(_TensorRTLLM):
         from toolkit.errors import ToolkitError
         from toolkit.repo.writer import trtllm_parameters
 
-        if config.engine.stream_interval > 1 and not self.takes_stream_interval:
+        if config.engine.stream_interval > 1:
             raise ToolkitError(f"engine.stream_interval {config.engine.stream_interval}: TensorRT-LLM's C++ backend "
                                "(target trtllm) streams every step's tokens and has no such parameter",
                                "set engine.stream_interval 1, or serve with engine.target llmapi (the LLM API's "

@@ -243,11 +243,10 @@ def _stall_causes(run: RunDir, step: dict, threshold_s: float) -> tuple[str, str
                              "of engine speed, or run the client on another host; else " + held_by)
         split = run.info.get("host_scheduling")
         if commonest == "delivery" and split:
-            from toolkit.serve.server import AUTOGROUP_FIX
+            from toolkit.serve.server import AUTOGROUP_FIX, client_in_another_session
 
-            response_path = (f"the sweep client ran in another session than the server on this host (scheduler "
-                             f"autogroups {split['client']} / {split['server']}), and the kernel shares the cores "
-                             "between sessions: a client woken on a core the server fills waited up to 130 ms here "
+            response_path = (f"the sweep client ran {client_in_another_session(split)}, and the kernel shares the "
+                             "cores between sessions: a client woken on a core the server fills waited up to 130 ms here "
                              f"(perf/README \"Served\"); {AUTOGROUP_FIX}. Beyond that, " + response_path)
         lever = {"prefill": "a prefill is blocking running decodes: " + PREFILL_STALL_LEVER,
                  "engine step": "single engine steps without prefill ran long: the host held the engine back "

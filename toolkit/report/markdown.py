@@ -262,9 +262,10 @@ def run_header(run: RunDir) -> list[str]:
                    f"excluded, seed {s.get('seed')}")
     split = info.get("host_scheduling")
     if split:
-        out.append(f"- client: in another session than the server on this host (scheduler autogroups "
-                   f"`{split['client']}` / `{split['server']}`); where the server fills the cores, the client waits "
-                   "for them and token gaps grow (perf/README \"Served\")")
+        from toolkit.serve.server import client_in_another_session
+
+        out.append(f"- client: {client_in_another_session(split, quote='`')}; where the server fills the cores, the "
+                   "client waits for them and token gaps grow (perf/README \"Served\")")
     if run.summary.get("aborted"):
         out += ["", f"> **Partial run:** {run.summary['aborted']}. The steps below hold what was measured."]
     return out

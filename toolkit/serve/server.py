@@ -41,7 +41,13 @@ AUTOGROUP_FIX = ("sweep from the shell that started the server, set kernel.sched
                  "on another host")
 
 
-def separate_autogroups(server_pid: int, client_pid: int | None = None) -> dict | None:
+def client_in_another_session(split: dict, quote: str = "") -> str:
+    """How the sweep's warning, the doctor and the report name a separate_autogroups result."""
+    return (f"in another session than the server on this host (scheduler autogroups {quote}{split['client']}{quote} / "
+            f"{quote}{split['server']}{quote})")
+
+
+def separate_autogroups(server_pid: int) -> dict | None:
     """{"client": ..., "server": ...} (as /proc/<pid>/autogroup names them) when Linux's autogroup scheduling is on
     and a server process on this host runs in another session's autogroup than the client (this process); else
     None, also wherever this host cannot tell. On a host the server fills, the client then waits for cores
@@ -52,7 +58,7 @@ def separate_autogroups(server_pid: int, client_pid: int | None = None) -> dict 
         if os.readlink(PROC / "self") != str(os.getpid()):
             return None  # /proc is another PID namespace's (a sandbox that kept the host's): its pids are not ours
         groups = {who: (PROC / str(pid) / "autogroup").read_text().split()[0]
-                  for who, pid in (("client", client_pid or os.getpid()), ("server", server_pid))}
+                  for who, pid in (("client", os.getpid()), ("server", server_pid))}
     except (OSError, IndexError):
         return None  # not Linux, autogroups compiled out, a task in none (init's session: empty), or the server gone
     return groups if groups["client"] != groups["server"] else None
