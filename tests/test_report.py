@@ -159,6 +159,16 @@ def test_itl_distribution_plots_per_request_itl(tmp_path):
     assert plots.distribution(run, "x", plots.InterTokenLatency(), "ITL per request").startswith(b"\x89PNG")
 
 
+def test_ecdf_axis_ends_past_the_tail_only_where_a_few_values_lie_far_beyond_it():
+    gaps = [5.0 + (i % 10) for i in range(199)]  # 5-14 ms
+    assert plots.ecdf_x_limit(gaps) is None  # nothing far out: every value shown
+    assert plots.ecdf_x_limit(gaps + [40.0]) is None  # 40 ms is under 3x the 99th percentile (14 ms)
+    limit, beyond = plots.ecdf_x_limit(gaps + [700.0])
+    assert limit == pytest.approx(1.2 * 14.0) and beyond == 1
+    assert plots.ecdf_x_limit([1.0] * 10 + [700.0]) is None  # too few values to call anything a tail
+    assert plots.ecdf_x_limit([0.0] * 100 + [5.0]) is None  # a tail quantile of 0 (gaps of coalesced chunks)
+
+
 def test_html_holds_every_markdown_section_in_order(tmp_path):
     runs = [RunDir.open(make_run(tmp_path, "20261123-101500-a")), RunDir.open(make_run(tmp_path, "20261123-103000-b"))]
     ab = {"results": [{"metric": "time_to_first_token", "step": "concurrency_1", "baseline": "a", "candidate": "b",

@@ -209,19 +209,42 @@ def _ecdf(ax, values: list[float], label: str) -> None:
     ax.step(values, [(i + 1) / n for i in range(n)], where="post", label=f"{label} (n={n})")
 
 
+TAIL_QUANTILE = 0.99  # an ECDF's x axis ends a little past this quantile where a few values lie far beyond it
+TAIL_STRETCH = 3.0  # ... that is, where the largest value is more than this many times the quantile
+
+
+def ecdf_x_limit(values: list[float]) -> tuple[float, int] | None:
+    """(the x axis' right end, how many values lie beyond it), or None to show every value: one stalled gap of
+    700 ms among gaps of 5-15 ms would squeeze every curve against the left edge."""
+    if len(values) < 20:
+        return None
+    ordered = sorted(values)
+    tail = ordered[min(len(ordered) - 1, int(TAIL_QUANTILE * len(ordered)))]
+    if tail <= 0 or ordered[-1] <= TAIL_STRETCH * tail:
+        return None
+    limit = 1.2 * tail
+    return limit, sum(v > limit for v in ordered)
+
+
 def distribution(run: RunDir, label: str, metric, title: str) -> bytes | None:
     """ECDF per step of one per-request metric (every value the metric gives, e.g. each chunk gap)."""
     plt, fig, ax = _figure()
-    drawn = False
+    everything = []
     steps = {s["step"]: s for s in run.steps}
     for step, records in run.measured_records_by_step().items():
         values = [v for r in records for v in metric.values(r)]
         if values:
             _ecdf(ax, values, step_label(steps.get(step), step))
-            drawn = True
-    if not drawn:
+            everything += values
+    if not everything:
         plt.close(fig)
         return None
+    cut = ecdf_x_limit(everything)
+    if cut:
+        limit, beyond = cut
+        ax.set_xlim(left=min(0.0, min(everything)), right=limit)
+        ax.text(0.98, 0.04, f"{beyond} of {len(everything)} beyond the axis, up to {max(everything):,.1f} {metric.unit}",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="0.3")
     ax.set_xlabel(f"{metric.header.lower()} ({metric.unit}) — lower is better")
     ax.set_ylabel("fraction of values ≤ x")
     ax.set_title(f"{title} — {label}")
