@@ -150,8 +150,10 @@ def render_table(plan: dict) -> str:
                                                    if d.get("kv_cache_tokens") else
                                                    f" ({_gb(m['kv_cache_bytes_per_gpu'])}{per_gpu} at fraction "
                                                    f"{d['kv_free_mem_fraction']} of {_gb(max(m['free_bytes_per_gpu'], 0))} free)")),
-        ("fits", ("yes" if m["fits"] else "NO") + f"; batch {d['batch']} × {d['isl'] + d['osl']:,} tokens "
-                 + ("fits" if m["batch_fits"] else "does NOT fit")
+        ("fits", ("yes" if m["fits"] else "NO") + f" (the weights and one sequence of {d['max_seq_len']:,}); "
+                 + f"batch {d['batch']:,} × {d['isl'] + d['osl']:,} tokens "
+                 + ("fits" if m["batch_fits"] else f"does NOT fit: the KV cache holds "
+                    f"{m['kv_capacity_tokens'] // (d['isl'] + d['osl']):,} such sequences, the rest wait")
                  + (f"; smallest TP that fits: {plan['smallest_tp_that_fits'] or 'none ≤ 8'}" if gpus else "")),
         ("crossover", f"{r['crossover']:,.1f} FLOP/byte; " + (f"decode turns compute-bound at batch {cross:,}" if cross
                       else "decode never turns compute-bound at this context (each sequence's KV read takes longer "
