@@ -272,7 +272,7 @@ def test_fp8_served_on_its_own_kernel_computes_the_fp8_values(quantized):
     move them from the fp32 run (measured 0.031 and 0.034 on this tiny model, 2026-11-24)."""
     ckpt, _ = quantized("fp8")
     served = _runner(ckpt, "auto", fp8_kernel="auto")
-    if served.native is None or not served.native.has_bf16_gemm:
+    if served.native is None or not served.native.has_fp8_gemm:
         pytest.skip("no AVX512-BF16 or C compiler here: fp8 is served as int8 (test above)")
     assert served.weight_format == "fp8-a8"
     assert served.decoder is not None  # decode steps in one C call
@@ -406,11 +406,14 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
     one_call, python_driven = (_runner(ckpt, "auto", kv_cache_dtype, fp8_kernel="auto", threads=threads)
                                for _ in range(2))
     if not one_call.native.has_bf16_gemm:
-        pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
+        pytest.skip("this CPU has neither AVX512-BF16 nor AVX2 + FMA: bf16 linears stay on torch's GEMM, so steps "
+                    "stay in Python")
     assert one_call.decoder is not None
     # On an AVX512-BF16 + VNNI CPU without AMX every format's layers run in one OpenMP region, each thread on its own
-    # copies (decode_layers_team); elsewhere a team per GEMM. Both the same bits as the Python-driven kernels.
-    one_region = one_call.native.has_int4_a8 and not one_call.native.has_amx and torch.get_num_threads() > 1
+    # copies (decode_layers_team), and bf16's on AVX2 too; elsewhere a team per GEMM. Both the same bits as the
+    # Python-driven kernels.
+    one_region = ((one_call.native.has_int4_a8 or qformat == "none") and not one_call.native.has_amx
+                  and torch.get_num_threads() > 1)
     assert one_call.native.decode_in_one_region(one_call.decoder) == one_region
     one_call.decoder.desc.row_split_min = row_split_min
     python_driven.decoder = None
@@ -441,7 +444,8 @@ def test_the_one_call_step_refuses_a_token_outside_the_vocabulary_and_writes_not
         pytest.skip("no C compiler here to build the fused kernels")
     runner = _runner(tiny_model_dir, "auto", "auto")
     if runner.decoder is None:
-        pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
+        pytest.skip("this CPU has neither AVX512-BF16 nor AVX2 + FMA: bf16 linears stay on torch's GEMM, so steps "
+                    "stay in Python")
     paged = PagedSequences(runner.cache.num_blocks)
     runner.forward(paged.step({0: PROMPTS[0]}))
     before = [k.clone() for k in runner.cache.k]
@@ -473,7 +477,8 @@ def test_the_one_call_step_with_its_gemms_stubbed_out_computes_zeros_there(tiny_
         pytest.skip("no C compiler here to build the fused kernels")
     runner = _runner(tiny_model_dir, "auto", "auto", threads=threads)
     if runner.decoder is None:
-        pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
+        pytest.skip("this CPU has neither AVX512-BF16 nor AVX2 + FMA: bf16 linears stay on torch's GEMM, so steps "
+                    "stay in Python")
     paged = PagedSequences(runner.cache.num_blocks)
     runner.forward(paged.step({0: PROMPTS[0], 1: PROMPTS[1]}))
     step = paged.step({0: [11], 1: [40]})
@@ -500,7 +505,8 @@ def test_the_one_call_step_times_its_parts_in_place_without_changing_a_logit(tin
         pytest.skip("no C compiler here to build the fused kernels")
     timed, untimed = (_runner(tiny_model_dir, "auto", "auto") for _ in range(2))
     if timed.decoder is None:
-        pytest.skip("this CPU has no AVX512-BF16: bf16 linears stay on torch's GEMM, so steps stay in Python")
+        pytest.skip("this CPU has neither AVX512-BF16 nor AVX2 + FMA: bf16 linears stay on torch's GEMM, so steps "
+                    "stay in Python")
     assert timed.decoder.timing_parts() is None  # off unless asked
     paged = PagedSequences(timed.cache.num_blocks)
     steps = [paged.step({0: PROMPTS[0], 1: PROMPTS[1]})] + [paged.step({0: [11 + i], 1: [40 + i]}) for i in range(3)]

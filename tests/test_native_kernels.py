@@ -9,11 +9,25 @@ pytestmark = pytest.mark.skipif(find_compiler("c") is None, reason="no C compile
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 12, 4, 64, 8
 
 
-@pytest.fixture(scope="module")
-def kernels():
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return set(next((line for line in cpuinfo if line.startswith("flags")), ":").split(":", 1)[1].split())
+    except OSError:
+        return set()
+
+
+# The kernels as -march=native builds them, and, on a CPU with AVX-512 that also runs AVX2, as a CPU without AVX-512
+# gets them (x86-64-v3: the bf16 and int4 GEMMs on AVX2 + FMA, the rest on its portable paths): every test below holds
+# both builds to torch.
+BUILDS = ["native"] + (["x86-64-v3"] if {"avx512f", "avx2", "fma", "f16c"} <= _cpu_flags() else [])
+
+
+@pytest.fixture(scope="module", params=BUILDS)
+def kernels(request):
     from toolkit.engine.runtime import native_kernels
 
-    loaded = native_kernels.load()
+    loaded = native_kernels.load(None if request.param == "native" else request.param)
     assert loaded is not None
     return loaded
 
@@ -162,7 +176,7 @@ def test_bf16_gemm_rows_do_not_depend_on_the_batch(kernels):
     import torch
 
     if not kernels.has_bf16_gemm:
-        pytest.skip("this CPU has no AVX512-BF16")
+        pytest.skip("this CPU has neither AVX512-BF16 nor AVX2 + FMA")
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(31, 768, generator=gen).to(torch.bfloat16)
     for n in (300, 302):
@@ -176,7 +190,7 @@ def test_bf16_gemm_rows_do_not_depend_on_the_batch(kernels):
 
 @pytest.mark.parametrize("rows", [1, 3, 8, 13, 16])
 def test_few_row_gemms_equal_torch(kernels, rows):
-    """bf16 (AVX512-BF16 dot products, fp32 accumulation) and int8 (widened in registers) against torch."""
+    """bf16 (AVX512-BF16 dot products or AVX2 FMAs, fp32 accumulation) and int8 (widened in registers) against torch."""
     import torch
 
     gen = torch.Generator().manual_seed(rows)
@@ -201,8 +215,11 @@ def test_the_probes_step_pass_runs_the_kernels_the_step_runs_bit_for_bit(kernels
     count of every kernel's branch."""
     import torch
 
+    from toolkit.engine.runtime import native_kernels
     from toolkit.plan.cpu_probe import _kernel
 
+    if kernels is not native_kernels.load():
+        pytest.skip("the probe's linears run on this CPU's own build (march native)")
     _, _, linear = _kernel(name, 512, 768)
     native = linear.native_linear()
     x = torch.randn(5, 768).to(torch.bfloat16)
@@ -220,7 +237,7 @@ def test_int4_gemm_and_its_bf16_widening_equal_the_dequantized_weights(kernels, 
     import torch
 
     if not kernels.has_bf16_gemm:
-        pytest.skip("this CPU has no AVX512-BF16: int4 stays on torch's kernel")
+        pytest.skip("this CPU has neither AVX512-BF16 nor AVX2 + FMA: int4 stays on torch's kernel")
     gen = torch.Generator().manual_seed(rows)
     values = torch.randint(-8, 8, (96, 512), generator=gen)
     scales = torch.rand(96, 512 // 128, generator=gen) * 0.1
@@ -299,14 +316,15 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
         # prompt chunks on the same kernel (its layout is the only copy of the weights)
         cases.append((int8_sq, "gemm_int8_vnni", linear_kernels.NATIVE_INT8_VNNI_ROWS, ["gemm_int8_vnni"]))
     if kernels.has_bf16_gemm:  # int4 in the fused layout, prefill widened to bf16 for the dense GEMM
+        cases += [(dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS, []),
+                  (int4, "gemm_int4", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4"])]
+    if kernels.has_fp8_gemm:
         fp8 = linear_kernels.Fp8Linear(torch.randn(64, 768).to(torch.float8_e4m3fn), torch.rand(64), torch.bfloat16,
                                        "fp8", torch.tensor(0.01), native=kernels)
-        cases += [(dense, "gemm_bf16", linear_kernels.NATIVE_BF16_ROWS, []),
-                  (int4, "gemm_int4", linear_kernels.WIDEN_ROWS - 1, ["unpack_int4"]),
-                  (fp8, "gemm_fp8", linear_kernels.NATIVE_FP8_ROWS,
-                   ["widen_fp8"] if linear_kernels.prefill_in_fp32() else ["gemm_fp8"])]
-        if kernels.has_int4_a8:  # its own layout (output rows in the lanes), prompt chunks on the same kernel
-            cases.append((int4_a8, "gemm_int4_a8", linear_kernels.WIDEN_ROWS - 1, ["gemm_int4_a8"]))
+        cases.append((fp8, "gemm_fp8", linear_kernels.NATIVE_FP8_ROWS,
+                      ["widen_fp8"] if linear_kernels.prefill_in_fp32() else ["gemm_fp8"]))
+    if kernels.has_int4_a8:  # its own layout (output rows in the lanes), prompt chunks on the same kernel
+        cases.append((int4_a8, "gemm_int4_a8", linear_kernels.WIDEN_ROWS - 1, ["gemm_int4_a8"]))
     if has_amx:  # with AMX, bf16 and INT8-SQ on its tiles at every row count, decode and prefill alike
         monkeypatch.setattr(kernels, "has_amx", True)
         amx_dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)
@@ -356,7 +374,7 @@ def test_fp8_on_amx_equals_the_avx512_fp8_gemm(kernels, act_quant):
     import torch
 
     _need_amx(kernels)
-    if not kernels.has_bf16_gemm:
+    if not kernels.has_fp8_gemm:
         pytest.skip("this CPU has no AVX512-BF16 for the reference fp8 kernel")
     gen = torch.Generator().manual_seed(17)
     w = (torch.randn(96, 768, generator=gen) * 0.05).to(torch.float8_e4m3fn)
@@ -535,7 +553,7 @@ def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k, n):
 
     from toolkit.engine.runtime.kernels import fake_quant_activation
 
-    if not kernels.has_bf16_gemm:
+    if not kernels.has_fp8_gemm:
         pytest.skip("this CPU has no AVX512-BF16: fp8 weights are served as int8 on the widening kernel")
     gen = torch.Generator().manual_seed(rows)
     values = (torch.randn(n, k, generator=gen) * 60).to(torch.float8_e4m3fn)

@@ -577,6 +577,10 @@ def kernels_digest() -> str:
     digest = hashlib.sha256()
     for path in sorted(csrc.glob("*.c")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    from toolkit.engine.runtime.native_kernels import march
+
+    if march() != "native":  # compiled for another ISA level: other kernels (the default keeps older digests)
+        digest.update(b"-march=" + march().encode())
     return digest.hexdigest()[:16]
 
 

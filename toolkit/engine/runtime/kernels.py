@@ -1,12 +1,12 @@
 """Linear kernels on the weights as ModelOpt exported them, kept in low precision.
 
   dense  bf16 (or fp32) weights: on a CPU with AMX, in tiles on the C AMX GEMM at every row count (decode and
-         prefill); else the C few-row GEMM (AVX512-BF16) for decode, `F.linear` above (in fp32 where this CPU runs
+         prefill); else the C few-row GEMM (AVX512-BF16, or AVX2 + FMA) for decode, `F.linear` above (in fp32 where this CPU runs
          that faster: `prefill_in_fp32`)
   int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: with AMX, widened tile by tile into bf16 tiles,
          group scales applied to each group's sums, at every row count; else with VNNI the C int4 x int8 GEMM
-         (16 output rows side by side) at every row count, without it the C bf16 GEMM up to 31 rows and prefill
-         widened to bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
+         (16 output rows side by side) at every row count, without it the C GEMM with bf16 activations (AVX512-BF16,
+         or AVX2 + FMA) up to 31 rows and prefill widened to bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on AMX tiles at every row count where
          the CPU has them, else on VNNI at every row count, 16 output rows side by side (all exact in integers:
          the same output on every path); the C widening GEMM where the CPU lacks VNNI;
@@ -474,7 +474,7 @@ class Fp8Linear(Linear):
     def native_ready(native, dtype, values) -> bool:
         import torch
 
-        return (native is not None and native.has_bf16_gemm and dtype == torch.bfloat16
+        return (native is not None and native.has_fp8_gemm and dtype == torch.bfloat16
                 and values.device.type == "cpu" and native.fp8_packable(values.shape[1]))
 
     def __call__(self, x):

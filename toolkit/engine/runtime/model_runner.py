@@ -219,7 +219,7 @@ class ModelRunner:
 
     def _native_decoder(self):
         """The decoder layers described for the one-call C decode step (native_kernels.DecodeModel), or None
-        where some part does not run on the C kernels (no compiler, no AVX512-BF16 for bf16/int4, unfused
+        where some part does not run on the C kernels (no compiler, neither AVX512-BF16 nor AVX2 for bf16/int4, unfused
         q/k/v or gate/up)."""
         if self.native is None:
             return None

@@ -23,7 +23,18 @@ log = logging.getLogger(__name__)
 ACTIVATION_KINDS = {"torch.float32": 0, "torch.bfloat16": 1}
 CACHE_KINDS = {"torch.float32": 0, "torch.bfloat16": 1, "torch.int8": 2, "torch.float8_e4m3fn": 3}
 ACT_QUANT = {None: 0, "int8": 1, "fp8": 2}  # decode_kernels.c: ACT_NONE, ACT_INT8, ACT_FP8
-_FLAGS = ["-std=c11", "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno"]
+# TOOLKIT_NATIVE_MARCH=x86-64-v3 (any -march value) compiles for that ISA level instead of this CPU's: a library to
+# copy to older machines, or, with torch held to it too (ATEN_CPU_CAPABILITY=avx2), this engine as a CPU without
+# AVX-512 runs it (its C paths for AVX-512, VNNI, AVX512-BF16 and AMX compile out and torch's kernels take over).
+MARCH_VARIABLE = "TOOLKIT_NATIVE_MARCH"
+
+
+def compile_flags(target: str | None = None) -> list[str]:
+    return ["-std=c11", "-O3", f"-march={target or march()}", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno"]
+
+
+def march() -> str:
+    return os.environ.get(MARCH_VARIABLE) or "native"
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 SOURCES = ("decode_kernels.c", "decode_step.c")
@@ -230,7 +241,10 @@ class NativeKernels:
                                               c.c_void_p]
             library.gemm_bf16_amx.restype = library.gemm_int8_amx.restype = library.gemm_fp8_amx.restype = None
             library.gemm_int4_amx.restype = None
+        # the bf16 GEMM and the int4 one with bf16 activations (AVX512-BF16, or AVX2 + FMA); fp8's own kernel
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
+        library.gemm_fp8_available.restype = c.c_int
+        self.has_fp8_gemm = bool(library.gemm_fp8_available())
         self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
         library.gemm_int4_a8_available.restype = c.c_int
         self.has_int4_a8 = bool(library.gemm_int4_a8_available())
@@ -570,7 +584,7 @@ class NativeKernels:
                                group_size, n, y.data_ptr(), fp8_scale or 0.0)
         return y
 
-    # --- fp8 (bf16 activations; only where has_bf16_gemm) --------------------------------------------
+    # --- fp8 (bf16 activations; only where has_fp8_gemm) --------------------------------------------
 
     @staticmethod
     def fp8_packable(in_features: int) -> bool:
@@ -621,10 +635,12 @@ class NativeKernels:
         return out
 
 
-def load() -> NativeKernels | None:
-    """The compiled kernels, or None (said once in the log) where they cannot be built here."""
-    if "kernels" in _loaded:
-        return _loaded["kernels"]
+def load(target: str | None = None) -> NativeKernels | None:
+    """The compiled kernels, or None (said once in the log) where they cannot be built here. `target`: an -march
+    other than march()'s (tests hold the AVX2 kernels to torch on a CPU with AVX-512 too)."""
+    key = f"kernels-{target or march()}"
+    if key in _loaded:
+        return _loaded[key]
     from toolkit.compile_native import compiled_library, find_compiler
     from toolkit.errors import ToolkitError
 
@@ -638,10 +654,10 @@ def load() -> NativeKernels | None:
         code = b"\n".join(csrc.joinpath(name).read_bytes() for name in SOURCES)
         try:
             path = compiled_library("engine_kernels", "libtoolkit_engine_kernels.so", "decode_kernels.c", code, cc,
-                                    _FLAGS, extra_key=_cpu_model())
+                                    compile_flags(target), extra_key=_cpu_model())
             kernels = NativeKernels(ctypes.CDLL(str(path)))
         except (ToolkitError, OSError) as error:
             log.warning("the CPU engine's fused kernels did not build (%s): running norms, RoPE and attention "
                         "as separate torch ops instead", error)
-    _loaded["kernels"] = kernels
+    _loaded[key] = kernels
     return kernels

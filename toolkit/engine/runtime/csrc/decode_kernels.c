@@ -16,8 +16,17 @@
 #include <string.h>
 #include <time.h>
 #include <omp.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
+/* The bf16 GEMM and the int4 GEMM with bf16 activations: on AVX512-BF16's dot products, or, on a CPU with AVX2 and
+ * FMA but not AVX512-BF16 (Zen 2 and 3, Intel's client cores; and any CPU with TOOLKIT_NATIVE_MARCH=x86-64-v3), on
+ * the AVX2 kernels below (HAVE_AVX2_GEMMS). */
+#if defined(__AVX512BF16__) || (defined(__AVX2__) && defined(__FMA__))
+#define HAVE_GEMM_BF16 1
+#endif
+#if !defined(__AVX512BF16__) && defined(__AVX2__) && defined(__FMA__)
+#define HAVE_AVX2_GEMMS 1
 #endif
 
 enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
@@ -1040,15 +1049,137 @@ void gemm_int8(const void *x, int64_t M, int K, const int8_t *w, const float *sc
 }
 
 /* bf16: w [N, K] bf16; x [M, K] bf16 (kept in bf16: AVX512-BF16's dot product takes pairs of bf16 and
- * accumulates in fp32, which is what a bf16 GEMM does). Returns 0 where this CPU lacks AVX512-BF16 and
- * the caller keeps F.linear. */
+ * accumulates in fp32, which is what a bf16 GEMM does; the AVX2 kernels widen both to fp32 exactly and sum with
+ * FMAs). Returns 0 where this CPU has neither AVX512-BF16 nor AVX2 + FMA, and the caller keeps F.linear; the int4
+ * GEMM with bf16 activations comes with it. */
 int gemm_bf16_available(void) {
+#if defined(HAVE_GEMM_BF16)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* fp8 weights on their own kernel (gemm_fp8): AVX512-BF16 only; elsewhere the engine serves them as int8. */
+int gemm_fp8_available(void) {
 #if defined(__AVX512BF16__)
     return 1;
 #else
     return 0;
 #endif
 }
+
+#if defined(HAVE_AVX2_GEMMS)
+/* ---- AVX2 + FMA: the bf16 and int4 decode GEMMs on a CPU without AVX512-BF16 ------------------------------
+ * A bf16 is the top half of its fp32: unpacking 16 of them beside zero words gives two vectors of 8 exact fp32
+ * (lanes permuted within each 128-bit half, the same way for weights and activations, which a dot product does not
+ * mind). Every output row is summed the same way at every row count (four accumulators over k in steps of 32, added
+ * in one order at the end), so a row's result does not depend on its batch; rows share the weights' loads in passes
+ * of up to AVX2_ROWS (16 vector registers: 4 accumulators a row, 4 weight vectors, the activations). */
+#define AVX2_ROWS 2
+
+static inline __m256 bf16_low8(__m256i v) { return _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), v)); }
+static inline __m256 bf16_high8(__m256i v) { return _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), v)); }
+
+static inline float sum8_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+INLINE void bf16_tile_avx2(const uint16_t *x, const int rows, int K, const uint16_t *wrow, uint16_t *y, int64_t N) {
+    __m256 acc[4 * AVX2_ROWS];
+    for (int i = 0; i < 4 * rows; i++) acc[i] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(wrow + k)),
+                      w1 = _mm256_loadu_si256((const __m256i *)(wrow + k + 16));
+        const __m256 w[4] = {bf16_low8(w0), bf16_high8(w0), bf16_low8(w1), bf16_high8(w1)};
+        for (int m = 0; m < rows; m++) {
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x + (int64_t)m * K + k)),
+                          x1 = _mm256_loadu_si256((const __m256i *)(x + (int64_t)m * K + k + 16));
+            acc[4 * m] = _mm256_fmadd_ps(w[0], bf16_low8(x0), acc[4 * m]);
+            acc[4 * m + 1] = _mm256_fmadd_ps(w[1], bf16_high8(x0), acc[4 * m + 1]);
+            acc[4 * m + 2] = _mm256_fmadd_ps(w[2], bf16_low8(x1), acc[4 * m + 2]);
+            acc[4 * m + 3] = _mm256_fmadd_ps(w[3], bf16_high8(x1), acc[4 * m + 3]);
+        }
+    }
+    for (int m = 0; m < rows; m++) {
+        float s = sum8_avx2(_mm256_add_ps(_mm256_add_ps(acc[4 * m], acc[4 * m + 1]),
+                                          _mm256_add_ps(acc[4 * m + 2], acc[4 * m + 3])));
+        for (int kk = k; kk < K; kk++) s += bf16_to_f32(wrow[kk]) * bf16_to_f32(x[(int64_t)m * K + kk]);
+        y[(int64_t)m * N] = f32_to_bf16(s);
+    }
+}
+
+static inline int bf16_unit(int64_t M, int K, int N) {
+    (void)M, (void)K, (void)N;
+    return 1;
+}
+
+static inline void bf16_rows(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, uint16_t *y, int n0,
+                             int n1) {
+    for (int n = n0; n < n1; n++)
+        for (int64_t m0 = 0; m0 < M; m0 += AVX2_ROWS) {
+            if (M - m0 >= 2) bf16_tile_avx2(x + m0 * K, 2, K, w + (int64_t)n * K, y + m0 * N + n, N);
+            else bf16_tile_avx2(x + m0 * K, 1, K, w + (int64_t)n * K, y + m0 * N + n, N);
+        }
+}
+
+/* int4 (gemm_int4's layout: per 64 k, byte i holds k0 + i low and k0 + 32 + i high, as q + 8) against bf16
+ * activations widened to fp32 once per call (xf [M, K], k in order): the nibbles become q as int8 (a mask, a shift,
+ * a subtraction of 8 for 32 at once), then 8 at a time int32 and fp32 for an FMA; one accumulator for each 8 of the
+ * 64 k of a block, a group's sums times its scale. The same per row at every row count. */
+INLINE void int4_tile_avx2(const float *xf, const int rows, int K, const uint8_t *wrow, const float *s, int group,
+                           uint16_t *y, int64_t N) {
+    const __m256i low = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
+    __m256 acc[AVX2_ROWS], part[4 * AVX2_ROWS];
+    for (int m = 0; m < rows; m++) acc[m] = _mm256_setzero_ps();
+    for (int g0 = 0; g0 < K; g0 += group) {
+        for (int i = 0; i < 4 * rows; i++) part[i] = _mm256_setzero_ps();
+        for (int k = g0; k < g0 + group; k += 64) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(wrow + k / 2));
+            const __m256i q[2] = {_mm256_sub_epi8(_mm256_and_si256(v, low), eight),
+                                  _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), eight)};
+            __m256 wf[8]; /* k0 + 8 j .. k0 + 8 j + 7 */
+            for (int h = 0; h < 2; h++) {
+                const __m128i a = _mm256_castsi256_si128(q[h]), b = _mm256_extracti128_si256(q[h], 1);
+                wf[4 * h] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a));
+                wf[4 * h + 1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(a, a)));
+                wf[4 * h + 2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+                wf[4 * h + 3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)));
+            }
+            for (int m = 0; m < rows; m++) {
+                const float *xm = xf + (int64_t)m * K + k;
+                for (int j = 0; j < 8; j++)
+                    part[4 * m + j % 4] = _mm256_fmadd_ps(wf[j], _mm256_loadu_ps(xm + 8 * j), part[4 * m + j % 4]);
+            }
+        }
+        for (int m = 0; m < rows; m++) {
+            const __m256 p = _mm256_add_ps(_mm256_add_ps(part[4 * m], part[4 * m + 1]),
+                                           _mm256_add_ps(part[4 * m + 2], part[4 * m + 3]));
+            acc[m] = _mm256_fmadd_ps(p, _mm256_set1_ps(s[g0 / group]), acc[m]);
+        }
+    }
+    for (int m = 0; m < rows; m++) y[(int64_t)m * N] = f32_to_bf16(sum8_avx2(acc[m]));
+}
+
+static void gemm_int4_avx2(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group,
+                           int N, uint16_t *y) {
+    float *xf = malloc(sizeof(float) * M * K);
+    for (int64_t i = 0; i < M * K; i++) xf[i] = bf16_to_f32(x[i]);
+    const int groups = K / group;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int64_t m0 = 0; m0 < M; m0 += AVX2_ROWS) {
+            const uint8_t *wrow = w + (int64_t)n * (K / 2);
+            const float *srow = scales + (int64_t)n * groups;
+            if (M - m0 >= 2) int4_tile_avx2(xf + m0 * K, 2, K, wrow, srow, group, y + m0 * N + n, N);
+            else int4_tile_avx2(xf + m0 * K, 1, K, wrow, srow, group, y + m0 * N + n, N);
+        }
+    free(xf);
+}
+#endif
 
 #if defined(__AVX512BF16__)
 /* The full sums of four accumulators (lanes 0-3), by the transpose-add tree the attention scores use. Every
@@ -1143,7 +1274,7 @@ static inline void bf16_rows(const uint16_t *x, int64_t M, int K, const uint16_t
 #endif
 
 void gemm_bf16(const uint16_t *x, int64_t M, int K, const uint16_t *w, int N, uint16_t *y) {
-#if defined(__AVX512BF16__)
+#if defined(HAVE_GEMM_BF16)
     const int unit = bf16_unit(M, K, N);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n += unit) bf16_rows(x, M, K, w, N, y, n, n + unit);
@@ -1406,6 +1537,8 @@ void gemm_int4(const uint16_t *x, int64_t M, int K, const uint8_t *w, const floa
 #undef INT4_TILE
             }
     }
+#elif defined(HAVE_AVX2_GEMMS)
+    gemm_int4_avx2(x, M, K, w, scales, group, N, y);
 #else
     (void)x; (void)M; (void)K; (void)w; (void)scales; (void)group; (void)N; (void)y;
 #endif

@@ -75,8 +75,11 @@ static int decode_kind_supported(int kind) { /* what decode_layers checks before
 #if defined(HAVE_GEMM_INT4_A8)
     if (kind == LIN_INT4_A8) return 1;
 #endif
+#if defined(HAVE_GEMM_BF16)
+    if (kind == LIN_BF16 || kind == LIN_INT4) return 1;
+#endif
 #if defined(__AVX512BF16__)
-    if (kind == LIN_BF16 || kind == LIN_INT4 || kind == LIN_FP8) return 1;
+    if (kind == LIN_FP8) return 1;
 #endif
     return kind == LIN_INT8;
 }
@@ -290,6 +293,8 @@ static void team_compute(const linear_t *l, const void *x, int64_t M, void *y, i
                  (int)(u0 * unit), (int)(u1 * unit < N ? u1 * unit : N));
         break;
     }
+#endif
+#if defined(HAVE_GEMM_BF16)
     case LIN_BF16: {
         const int unit = bf16_unit(M, K, N);
         team_share(N / unit, t, threads, &u0, &u1);
@@ -323,7 +328,8 @@ static void team_linear(const linear_t *l, void *x, int64_t r0, int64_t r1, int6
 #define ROW_SPLIT_MIN 4
 
 /* A linear team_linear can share out (with bf16 activations): the int4 x int8, INT8-SQ's VNNI, fp8 and bf16 kernels,
- * as they run on an AVX512-BF16 + VNNI CPU; not AMX's tiles, the widening int8 or the bf16-activation int4 kernels. */
+ * as they run on an AVX512-BF16 + VNNI CPU (bf16 on AVX2 + FMA too); not AMX's tiles, the widening int8 or the
+ * bf16-activation int4 kernels. */
 static int team_kind(const linear_t *l) {
     const int kind = l->kind;
     if (!decode_kind_supported(kind) || (kind != LIN_INT4_A8 && kind != LIN_INT8_VNNI && kind != LIN_FP8 &&
