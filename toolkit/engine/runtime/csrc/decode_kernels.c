@@ -660,6 +660,103 @@ INLINE void attend_group(const void *qg, int act_kind, float softmax_scale, cons
  * a malloc per work item cost as much as a short context's attention. */
 #define ATTN_STACK_BYTES (128 * 1024)
 
+#if defined(__AVX2__)
+/* The sum of a vector's 8 lanes, in one fixed order. */
+static inline float sum8_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+#endif
+
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define HAVE_AVX2_ATTENTION 1
+/* e^x for x <= 0, 8 at a time (exp512's range reduction and polynomial on AVX2). */
+static inline __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* times 2^n: n (>= -126 here) added to the exponent field */
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* attend_group_scalar's work on AVX2 + FMA, head_dim a multiple of 32: the scores by 8-wide FMAs, their exponentials
+ * 8 at a time, and the weighted V rows summed in registers (two heads x 32 dims at a time, each V row's slice
+ * widened once for both). */
+static void attend_group_avx2(int group, int head_dim, const float qf[group][head_dim], const void *k_cache,
+                              const void *v_cache, const int64_t *rows, int64_t ctx, float k_scale, float v_scale,
+                              int cache_kind, float *scores, float *out) {
+    float row[head_dim], mx[group], sum[group];
+    for (int g = 0; g < group; g++) mx[g] = -INFINITY;
+    for (int64_t t = 0; t < ctx; t++) {
+        load_row(row, k_cache, rows[t], head_dim, cache_kind, k_scale);
+        for (int g = 0; g < group; g++) {
+            __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+            for (int i = 0; i < head_dim; i += 16) {
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qf[g] + i), _mm256_loadu_ps(row + i), a);
+                b = _mm256_fmadd_ps(_mm256_loadu_ps(qf[g] + i + 8), _mm256_loadu_ps(row + i + 8), b);
+            }
+            const float s = sum8_avx2(_mm256_add_ps(a, b));
+            scores[g * ctx + t] = s;
+            mx[g] = s > mx[g] ? s : mx[g];
+        }
+    }
+    for (int g = 0; g < group; g++) {
+        float *sg = scores + g * ctx;
+        const __m256 m = _mm256_set1_ps(mx[g]);
+        __m256 total = _mm256_setzero_ps();
+        int64_t t = 0;
+        for (; t + 8 <= ctx; t += 8) {
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sg + t), m));
+            _mm256_storeu_ps(sg + t, e);
+            total = _mm256_add_ps(total, e);
+        }
+        sum[g] = sum8_avx2(total);
+        for (; t < ctx; t++) sum[g] += sg[t] = expf(sg[t] - mx[g]);
+    }
+    float slice[32];
+    for (int d0 = 0; d0 < head_dim; d0 += 32)
+        for (int g0 = 0; g0 < group; g0 += 2) {
+            const int both = g0 + 1 < group;
+            __m256 acc[8];
+            for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+            for (int64_t t = 0; t < ctx; t++) {
+                __m256 v[4];
+                if (cache_kind == BF16) {
+                    const uint16_t *src = (const uint16_t *)v_cache + rows[t] + d0;
+                    for (int j = 0; j < 4; j++)
+                        v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(
+                            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 8 * j))), 16));
+                } else {
+                    load_row(slice, v_cache, rows[t] + d0, 32, cache_kind, v_scale);
+                    for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(slice + 8 * j);
+                }
+                const __m256 p0 = _mm256_broadcast_ss(scores + g0 * ctx + t);
+                for (int j = 0; j < 4; j++) acc[j] = _mm256_fmadd_ps(p0, v[j], acc[j]);
+                if (both) {
+                    const __m256 p1 = _mm256_broadcast_ss(scores + (g0 + 1) * ctx + t);
+                    for (int j = 0; j < 4; j++) acc[4 + j] = _mm256_fmadd_ps(p1, v[j], acc[4 + j]);
+                }
+            }
+            for (int h = 0; h <= both; h++) {
+                const __m256 inv = _mm256_set1_ps(1.0f / sum[g0 + h]);
+                for (int j = 0; j < 4; j++)
+                    _mm256_storeu_ps(out + (g0 + h) * head_dim + d0 + 8 * j, _mm256_mul_ps(acc[4 * h + j], inv));
+            }
+        }
+}
+#endif
+
 /* One kv head's query heads without AVX-512 (q widened and pre-scaled here). */
 static void attend_heads_scalar(const void *q, int act_kind, float softmax_scale, const void *k_cache,
                                 const void *v_cache, const int64_t *rows, int64_t ctx, int group, int head_dim,
@@ -669,6 +766,13 @@ static void attend_heads_scalar(const void *q, int act_kind, float softmax_scale
         load_row(qf[g], q, (int64_t)g * head_dim, head_dim, act_kind, 1.0f);
         for (int i = 0; i < head_dim; i++) qf[g][i] *= softmax_scale;
     }
+#if defined(HAVE_AVX2_ATTENTION)
+    if (head_dim % 32 == 0) {
+        attend_group_avx2(group, head_dim, (const float(*)[head_dim])qf, k_cache, v_cache, rows, ctx, k_scale, v_scale,
+                          cache_kind, scores, out);
+        return;
+    }
+#endif
     attend_group_scalar(group, head_dim, (const float(*)[head_dim])qf, k_cache, v_cache, rows, ctx, k_scale, v_scale,
                         cache_kind, scores, out);
 }
@@ -1104,12 +1208,6 @@ int gemm_fp8_available(void) {
 
 static inline __m256 bf16_low8(__m256i v) { return _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), v)); }
 static inline __m256 bf16_high8(__m256i v) { return _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), v)); }
-
-static inline float sum8_avx2(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
 
 INLINE void bf16_tile_avx2(const uint16_t *x, const int rows, int K, const uint16_t *wrow, uint16_t *y, int64_t N) {
     __m256 acc[4 * AVX2_ROWS];
