@@ -1145,6 +1145,52 @@ INLINE void int8_rows(const float *xf, const int rows, int K, const int8_t *wrow
         for (int kk = k; kk < K; kk++) s += xf[(int64_t)m * K + kk] * (float)wrow[kk];
         out[m] = s;
     }
+#elif defined(__AVX2__) && defined(__FMA__)
+    /* the same on 8 lanes (one chain per row, as the compiler vectorized the loop below, ran at ~7 GB/s a core); the
+     * hardware prefetchers alone (prefetching into L2 as the AVX-512 kernels do: 1 / 2 rows 1.36 -> 1.19x / 2.05 ->
+     * 1.79x the compiled loop's rate, x86-64-v3 build on the Zen 4, 2026-11-28) */
+    if (rows == 1 && K % 32 == 0) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int k = 0; k < K; k += 32) {
+            const __m256i bytes = _mm256_loadu_si256((const __m256i *)(wrow + k));
+            const __m128i lo = _mm256_castsi256_si128(bytes), hi = _mm256_extracti128_si256(bytes, 1);
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(xf + k), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo))),
+                                 _mm256_loadu_ps(xf + k + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(xf + k + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi))),
+                                 _mm256_loadu_ps(xf + k + 24), a3);
+        }
+        out[0] = sum8_avx2(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        return;
+    }
+    if (rows <= 4 && K % 16 == 0) {  /* two chains per row */
+        __m256 a[4], b[4];
+        for (int m = 0; m < rows; m++) a[m] = b[m] = _mm256_setzero_ps();
+        for (int k = 0; k < K; k += 16) {
+            const __m128i bytes = _mm_loadu_si128((const __m128i *)(wrow + k));
+            const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)),
+                         w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(bytes, bytes)));
+            for (int m = 0; m < rows; m++) {
+                a[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xf + (int64_t)m * K + k), a[m]);
+                b[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xf + (int64_t)m * K + k + 8), b[m]);
+            }
+        }
+        for (int m = 0; m < rows; m++) out[m] = sum8_avx2(_mm256_add_ps(a[m], b[m]));
+        return;
+    }
+    __m256 acc[TILE_M];
+    for (int m = 0; m < rows; m++) acc[m] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        const __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(wrow + k))));
+        for (int m = 0; m < rows; m++) acc[m] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xf + (int64_t)m * K + k), acc[m]);
+    }
+    for (int m = 0; m < rows; m++) {
+        float s = sum8_avx2(acc[m]);
+        for (int kk = k; kk < K; kk++) s += xf[(int64_t)m * K + kk] * (float)wrow[kk];
+        out[m] = s;
+    }
 #else
     for (int m = 0; m < rows; m++) {
         float s = 0.0f;
