@@ -4,7 +4,7 @@
          prefill); else the C few-row GEMM (AVX512-BF16, or AVX2 + FMA) for decode, `F.linear` above (in fp32 where this CPU runs
          that faster: `prefill_in_fp32`)
   int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: with AMX, widened tile by tile into bf16 tiles,
-         group scales applied to each group's sums, at every row count; else with VNNI the C int4 x int8 GEMM
+         group scales applied to each group's sums, at every row count; else with VNNI (or AVX2) the C int4 x int8 GEMM
          (16 output rows side by side) at every row count, without it the C GEMM with bf16 activations (AVX512-BF16,
          or AVX2 + FMA) up to 31 rows and prefill widened to bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on AMX tiles at every row count where
@@ -350,12 +350,13 @@ def _int8_activations(native, act_quant, group_size: int, int4_activations: str)
         if int4_activations == "auto":  # the served default, not a fallback: said at info level (the weight
             # format, int4-g128-int8act, names it wherever the engine's kernels are shown)
             _say_once("int4-int8act", "int4 weights: activations (W4A8's after their fp8 rounding) "
-                                      "rounded to int8 per 128 inputs for the int4 x int8 VNNI kernel, as llama.cpp's "
+                                      "rounded to int8 per 128 inputs for the int4 x int8 kernel (VNNI, or AVX2's "
+                                      "vpmaddubsw), as llama.cpp's "
                                       "q4_0 x q8_0 (TensorRT-LLM keeps them in 16 or 8 bits); int4_activations: bf16 "
                                       "keeps them exact, slower", logging.INFO)
         return True
     if int4_activations == "int8":
-        _say_once("int4-int8act-missing", "int4_activations int8 needs AVX512-VNNI and groups of a multiple of 128 "
+        _say_once("int4-int8act-missing", "int4_activations int8 needs AVX512-VNNI or AVX2 and groups of a multiple of 128 "
                                           f"(here {group_size}): int4 weights run with bf16 activations instead")
     return False
 

@@ -1649,6 +1649,109 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
     }
 }
 
+#elif defined(__AVX2__) && defined(__FMA__)
+#define HAVE_GEMM_INT4_A8 1
+/* ---- the same on AVX2 (a CPU without AVX-512: Zen 2 and 3, Intel's client cores) ------------------------------
+ * The same layout, activations and sums: each 64-byte vector of a block is two halves of 8 output rows; vpmaddubsw
+ * multiplies the nibbles (unsigned) by the activation bytes and adds pairs in 16 bits (at most 2 x 15 x 127, no
+ * saturation), the low and high nibbles' pairs are added in 16 bits, and vpmaddwd against ones adds those pairs into
+ * the 32-bit sums: the same integers as vpdpbusd's, and each output's fp32 accumulation the same operations in the
+ * same order, so the outputs are the AVX-512 kernel's bits. */
+
+/* quantize_int4_activations on 8 lanes (W4A8's fp8 rounding element by element, as widen_activations rounds) */
+static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, float *xs, int32_t *x8, float fp8_scale) {
+    float v[128];
+    for (int c = 0; c < K; c += 128) {
+        load_row(v, x, c, 128, BF16, 1.0f);
+        if (fp8_scale > 0.0f)
+            for (int k = 0; k < 128; k++) {
+                const float q = v[k] / fp8_scale;
+                v[k] = round_to(round_e4m3(q < -448.0f ? -448.0f : q > 448.0f ? 448.0f : q) * fp8_scale, BF16);
+            }
+        __m256 amax = _mm256_setzero_ps();
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        for (int k = 0; k < 128; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + k)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))), s = m > 0.0f ? m / 127.0f : 1.0f;
+        const __m256 inv = _mm256_set1_ps(1.0f / s);
+        __m256i sum = _mm256_setzero_si256();
+        for (int part = 0; part < 16; part++) { /* k = c + 8 part, into the weights' nibble order as the AVX-512 one */
+            const int sixteen = part / 2, quarter = sixteen / 2;
+            const int at = c + (quarter % 2) * 64 + (quarter / 2) * 32 + (sixteen % 2) * 16 + (part % 2) * 8;
+            const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * part), inv));
+            sum = _mm256_add_epi32(sum, q);
+            const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+            _mm_storel_epi64((__m128i *)(xq + at), _mm_packs_epi16(q16, q16));
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        x8[c / 128] = -8 * _mm_cvtsi128_si32(s4);
+        xs[c / 128] = s;
+    }
+}
+
+/* One half (8 output rows: half 0 the block's first 8) of a block of 16 weight rows against `rows` activation rows
+ * (a constant: the sums stay in registers), the first `valid` of the 8 real. */
+INLINE void int4_lanes_half(const int8_t *xq, const float *xs, const int32_t *x8, const int rows, int K, int group,
+                            const uint8_t *wb, const float *sb, int half, uint16_t *y, int64_t N, int valid) {
+    const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const int64_t chunks = K / 128, per_group = group / 128;
+    __m256 f[4];
+    for (int m = 0; m < rows; m++) f[m] = _mm256_setzero_ps();
+    const float *sg = sb + 8 * half;
+    for (int64_t c = 0, in_group = 0; c < chunks; c++) {
+        const uint8_t *wc = wb + c * 1024 + 32 * half;
+        __m256i a[4];
+        for (int m = 0; m < rows; m++) a[m] = _mm256_set1_epi32(x8[m * chunks + c]);
+        for (int d = 0; d < 16; d++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(wc + d * 64));
+            const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            for (int m = 0; m < rows; m++) {
+                const int8_t *xm = xq + (int64_t)m * K + c * 128 + 4 * d;
+                int32_t x_lo, x_hi;
+                memcpy(&x_lo, xm, 4), memcpy(&x_hi, xm + 64, 4);
+                const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(x_lo)),
+                                                       _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x_hi)));
+                a[m] = _mm256_add_epi32(a[m], _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        const __m256 sw = _mm256_loadu_ps(sg);
+        if (++in_group == per_group) in_group = 0, sg += 16;
+        for (int m = 0; m < rows; m++)
+            f[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[m]), _mm256_mul_ps(sw, _mm256_set1_ps(xs[m * chunks + c])), f[m]);
+    }
+    for (int m = 0; m < rows; m++) {
+        float out[8];
+        _mm256_storeu_ps(out, f[m]);
+        for (int n = 0; n < valid; n++) y[(int64_t)m * N + 8 * half + n] = f32_to_bf16(out[n]);
+    }
+}
+
+static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32_t *x8, int64_t M, int K,
+                                  const uint8_t *w, const float *scales, int group, int N, uint16_t *y, int64_t b0,
+                                  int64_t b1) {
+    const int64_t chunks = K / 128, groups = K / group, per_pass = rows_per_pass(M, 4);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *wb = w + b * chunks * 1024;
+        const float *sb = scales + b * groups * 16;
+        const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
+        for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
+            const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
+            for (int half = 0; half < 2 && valid > 8 * half; half++) {
+                const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
+#define A8_HALF(R) int4_lanes_half(xq + m0 * K, xs + m0 * chunks, x8 + m0 * chunks, R, K, group, wb, sb, half, \
+                                   y + m0 * N + 16 * b, N, live)
+                FOR_1_TO_4(rows, A8_HALF)
+#undef A8_HALF
+            }
+        }
+    }
+}
+#endif
+
+#if defined(HAVE_GEMM_INT4_A8)
 void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
                   uint16_t *y, float fp8_scale) {
     const int64_t chunks = K / 128;
