@@ -575,3 +575,24 @@ def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k, n):
     assert got.dtype == torch.bfloat16
     assert ((got.float() - expected).abs() <= 2 ** -8 * expected.abs() + 1e-4 * expected.abs().max()).all()
     assert torch.equal(kernels.gemm_fp8(x[-1:], packed, scale, "fp8", input_scale)[0], got[-1])
+
+
+def test_int8_sq_weights_of_minus_128_keep_the_widening_kernel_where_the_integer_one_cannot_take_them(kernels):
+    """The AVX2 port of the int8 x int8 kernel flips the weights' signs in 8 bits, which -128 does not survive: a
+    checkpoint with such a weight stays on the widening kernel there (and its output stays right); elsewhere the
+    integer kernel takes it."""
+    import torch
+
+    from toolkit.engine.runtime import kernels as linear_kernels
+
+    values = torch.randint(-127, 128, (64, 768), dtype=torch.int8)
+    values[3, 5] = -128
+    linear = linear_kernels.Int8Linear(values, torch.rand(64), torch.bfloat16, "int8", torch.tensor(0.02),
+                                       native=kernels)
+    if not kernels.has_int8_vnni:
+        pytest.skip("no int8 x int8 kernel on this build")
+    assert linear.vnni == (not kernels.int8_weights_symmetric)
+    x = torch.randn(3, 768).to(torch.bfloat16)
+    q = torch.clamp(torch.round(x.float() / 0.02), -128, 127) * 0.02
+    expected = q @ (values.float() * linear.scales_fp32[:, None]).t()
+    assert (linear(x).float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()

@@ -9,7 +9,8 @@
          or AVX2 + FMA) up to 31 rows and prefill widened to bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on AMX tiles at every row count where
          the CPU has them, else on VNNI at every row count, 16 output rows side by side (all exact in integers:
-         the same output on every path); the C widening GEMM where the CPU lacks VNNI;
+         the same output on every path; AVX2 without VNNI: the same integers on vpmaddubsw); the C widening GEMM
+         elsewhere;
          `torch._weight_int8pack_mm` / widened above
   fp8    fp8_e4m3 weights: `torch._scaled_mm` with fp8 activations off the CPU; with AMX, widened tile by tile
          into bf16 tiles at every row count; else on the CPU (whose fp8
@@ -372,10 +373,12 @@ class Int8Linear(Linear):
         self.native = native
         self.scales_fp32 = scales.float().contiguous() if native is not None else None
         self.input_scale_value = 1.0 if input_scale is None else float(input_scale)
-        # INT8-SQ in integers: on AMX tiles (the weights kept only in tiles), else VNNI (see decode_kernels.c)
+        # INT8-SQ in integers: on AMX tiles (the weights kept only in tiles), else VNNI or its AVX2 port (see
+        # decode_kernels.c; the port takes weights without -128, as ModelOpt rounds them)
         self.amx = act_quant == "int8" and native is not None and native.has_int8_vnni and _amx_ready(native, values, "int8")
         self.packed = native.pack_amx(values, "int8") if self.amx else None
-        self.vnni = native is not None and native.has_int8_vnni and act_quant == "int8" and not self.amx
+        self.vnni = (native is not None and native.has_int8_vnni and act_quant == "int8" and not self.amx
+                     and (not native.int8_weights_symmetric or int(values.min()) > -128))
         self.weight = None if self.amx or self.vnni else values.contiguous()
         if self.vnni:  # in its own layout only (16 output rows side by side), decode rows and prompt chunks alike;
             # kept as tensor attributes, which the weight arena moves onto 2 MiB pages (a step streams them all)

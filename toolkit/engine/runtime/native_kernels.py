@@ -245,7 +245,9 @@ class NativeKernels:
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         library.gemm_fp8_available.restype = c.c_int
         self.has_fp8_gemm = bool(library.gemm_fp8_available())
-        self.has_int8_vnni = bool(library.gemm_int8_vnni_available())
+        self.has_int8_vnni = bool(library.gemm_int8_vnni_available())  # VNNI, or its AVX2 port
+        library.int8_weights_symmetric.restype = c.c_int
+        self.int8_weights_symmetric = bool(library.int8_weights_symmetric())  # the AVX2 port: no weight of -128
         library.gemm_int4_a8_available.restype = c.c_int
         self.has_int4_a8 = bool(library.gemm_int4_a8_available())
         if self.has_int4_a8:

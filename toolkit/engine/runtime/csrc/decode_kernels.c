@@ -2139,6 +2139,91 @@ static inline void int8_vnni_blocks(const uint8_t *xq, int64_t M, int kpad, cons
     }
 }
 
+#elif defined(__AVX2__) && defined(__FMA__)
+#define HAVE_GEMM_INT8_VNNI 1
+/* ---- the same on AVX2 (a CPU without AVX-512) ---------------------------------------------------------------
+ * The same layout and quantized rows (u = q + 128); per 4 broadcast bytes u ^ 0x80 gives q back, and vpmaddubsw takes
+ * |q| (unsigned, at most 128) against the weights carrying q's sign (vpsignb; at most 127 in size, so each pair of
+ * products fits 16 bits: 2 x 128 x 127), vpmaddwd against ones adds the pairs into 32-bit sums: sum q w exactly, the
+ * integer the VNNI kernel gets from sum u w - 128 sum w, then the same float operations: the same bits. The weights
+ * must avoid -128 (whose sign cannot flip in 8 bits): int8_weights_symmetric() says so, and INT8-SQ keeps its other
+ * kernel where a checkpoint has one (ModelOpt's rounding at amax / 127 leaves none). */
+static void quantize_row(const void *x, int64_t m, int K, int kpad, int kind, float input_scale, int offset,
+                         uint8_t *out) {
+    float v[K];
+    uint8_t *row = out + m * kpad;
+    load_row(v, x, m * K, K, kind, 1.0f);
+    for (int k = 0; k < K; k++) {
+        const float q = nearbyintf(v[k] / input_scale);
+        row[k] = (uint8_t)((int)(q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) + offset);
+    }
+    memset(row + K, 0, (size_t)(kpad - K));
+}
+
+static void quantize_rows(const void *x, int64_t M, int K, int kpad, int kind, float input_scale, int offset,
+                          uint8_t *out) {
+    FOR_ROWS(m, M, 32, quantize_row(x, m, K, kpad, kind, input_scale, offset, out));
+}
+
+void quantize_int8(const void *x, int64_t M, int K, int kind, float input_scale, int8_t *out) {
+    quantize_rows(x, M, K, K, kind, input_scale, 0, (uint8_t *)out);
+}
+
+/* One half (8 output rows) of a block of 16 against `rows` activation rows (a constant), the first `valid` real. */
+INLINE void int8_lanes_half(const uint8_t *xq, const int rows, int kpad, const int8_t *wb, const float *sb,
+                            float input_scale, int half, void *y, int64_t N, int kind, int valid) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256i a[8];
+    for (int m = 0; m < rows; m++) a[m] = _mm256_setzero_si256();
+    for (int64_t d = 0; d < kpad / 4; d++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(wb + d * 64 + 32 * half));
+        for (int m = 0; m < rows; m++) {
+            int32_t xv;
+            memcpy(&xv, xq + (int64_t)m * kpad + 4 * d, 4);
+            const __m256i q = _mm256_xor_si256(_mm256_set1_epi32(xv), flip);
+            a[m] = _mm256_add_epi32(a[m], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q),
+                                                                                 _mm256_sign_epi8(w, q)), ones));
+        }
+    }
+    const __m256 scale = _mm256_loadu_ps(sb + 8 * half), in = _mm256_set1_ps(input_scale);
+    for (int m = 0; m < rows; m++) {
+        float v[8];
+        _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a[m]), in), scale));
+        for (int n = 0; n < valid; n++) {
+            if (kind == F32) ((float *)y)[(int64_t)m * N + 8 * half + n] = v[n];
+            else ((uint16_t *)y)[(int64_t)m * N + 8 * half + n] = f32_to_bf16(v[n]);
+        }
+    }
+}
+
+static inline int int8_vnni_unit(int64_t M, int N) {
+    (void)M, (void)N;
+    return 1;
+}
+
+static inline void int8_vnni_blocks(const uint8_t *xq, int64_t M, int kpad, const int8_t *w, const float *scale,
+                                    const int32_t *weight_sums, int N, void *y, int kind, float input_scale, int64_t b0,
+                                    int64_t b1) {
+    (void)weight_sums;
+    const int64_t per_pass = rows_per_pass(M, 8);
+    for (int64_t b = b0; b < b1; b++) {
+        const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
+        for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
+            const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
+            void *ym = (char *)y + (m0 * N + 16 * b) * act_bytes(kind);
+            for (int half = 0; half < 2 && valid > 8 * half; half++) {
+                const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
+#define INT8_HALF(R) int8_lanes_half(xq + m0 * kpad, R, kpad, w + b * 16 * kpad, scale + 16 * b, input_scale, half, \
+                                     ym, N, kind, live)
+                FOR_1_TO_8(rows, INT8_HALF)
+#undef INT8_HALF
+            }
+        }
+    }
+}
+#endif
+
+#if defined(HAVE_GEMM_INT8_VNNI)
 /* w: pack_int8_lanes' bytes [N padded to 16, kpad]; scale, weight_sums: padded to 16 likewise (zeros). From 8 rows two
  * blocks side by side (32 outputs), passes of up to 8 rows. */
 void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,
@@ -2154,6 +2239,15 @@ void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const floa
     free(xq);
 }
 #endif
+
+/* Whether gemm_int8_vnni needs weights without -128 (the AVX2 kernel: see there). */
+int int8_weights_symmetric(void) {
+#if defined(HAVE_GEMM_INT8_VNNI) && !defined(__AVX512VNNI__)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 int gemm_int8_vnni_available(void) {
 #if defined(HAVE_GEMM_INT8_VNNI)
