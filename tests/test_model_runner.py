@@ -656,7 +656,7 @@ def test_a_cpu_without_avx512_serves_every_format_in_c_close_to_this_cpus_build(
         with monkeypatch.context() as patch:
             if build != "native":
                 other = native_kernels.load(build)
-                patch.setattr(native_kernels, "load", lambda target=None: other)
+                patch.setattr(native_kernels, "load", lambda target=None, other=other: other)
             runners[build] = _runner(ckpt, "auto", fp8_kernel="auto")
     avx2 = runners["x86-64-v3"]
     assert not avx2.native.has_fp8_gemm and avx2.decoder is not None
