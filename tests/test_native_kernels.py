@@ -596,3 +596,24 @@ def test_int8_sq_weights_of_minus_128_keep_the_widening_kernel_where_the_integer
     q = torch.clamp(torch.round(x.float() / 0.02), -128, 127) * 0.02
     expected = q @ (values.float() * linear.scales_fp32[:, None]).t()
     assert (linear(x).float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+
+
+# The ISA levels whose branches of the C kernels differ and that the `kernels` fixture does not build already
+# (native, and x86-64-v3: AVX2): portable loops; AVX-512 without VNNI or BF16; VNNI without BF16; BF16 with AMX.
+@pytest.mark.parametrize("march", ["x86-64-v2", "skylake-avx512", "cascadelake", "sapphirerapids"])
+def test_the_kernels_build_for_every_x86_level_users_run(march):
+    """All of the kernels' ISA branches compile, whatever this CPU is (a Cascade Lake or Ice Lake build failed on an
+    AVX512-BF16 instruction in the VNNI kernel until 2026-11-28, leaving such Xeons on torch ops). Built, not run."""
+    import platform
+
+    from toolkit.compile_native import compiled_library, find_compiler
+    from toolkit.engine.runtime import native_kernels
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 targets")
+    code = b"\n".join((native_kernels.resources.files("toolkit.engine.runtime") / "csrc" / name).read_bytes()
+                      for name in native_kernels.SOURCES)
+    # -O0: the target-specific builtins are checked as always_inline functions are inlined, at any level; faster
+    flags = ["-O0" if flag == "-O3" else flag for flag in native_kernels.compile_flags(march)]
+    path = compiled_library("engine_kernels_check", "libcheck.so", "decode_kernels.c", code, find_compiler("c"), flags)
+    assert path.is_file()

@@ -2105,7 +2105,16 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
             for (int h = 1; h < chains; h++) sum = _mm512_add_epi32(sum, a[(m * nbk + j) * chains + h]);
             const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, offset)), in), scale);
             if (kind == F32) _mm512_mask_storeu_ps((float *)y + (int64_t)m * N + 16 * j, keep, v);
+#if defined(__AVX512BF16__)
             else _mm256_mask_storeu_epi16((uint16_t *)y + (int64_t)m * N + 16 * j, keep, (__m256i)_mm512_cvtneps_pbh(v));
+#else  /* VNNI without AVX512-BF16 (Cascade Lake, Ice Lake): the same rounding, lane by lane */
+            else {
+                float lanes[16];
+                _mm512_storeu_ps(lanes, v);
+                for (int n = 0; n < 16 && n < valid - 16 * j; n++)
+                    ((uint16_t *)y)[(int64_t)m * N + 16 * j + n] = f32_to_bf16(lanes[n]);
+            }
+#endif
         }
     }
 }
