@@ -1296,8 +1296,9 @@ static inline void bf16_rows(const uint16_t *x, int64_t M, int K, const uint16_t
 
 /* int4 (gemm_int4's layout: per 64 k, byte i holds k0 + i low and k0 + 32 + i high, as q + 8) against bf16
  * activations widened to fp32 once per call (xf [M, K], k in order): the nibbles become q as int8 (a mask, a shift,
- * a subtraction of 8 for 32 at once), then 8 at a time int32 and fp32 for an FMA; one accumulator for each 8 of the
- * 64 k of a block, a group's sums times its scale. The same per row at every row count. */
+ * a subtraction of 8 for 32 at once), then 8 at a time int32 and fp32 for an FMA into four accumulators a row, a
+ * group's sums times its scale. The same per row at every row count. Only with `engine.int4_activations: bf16` on
+ * AVX2: by default the int4 formats take the int4 x int8 kernel below (HAVE_GEMM_INT4_A8). */
 INLINE void int4_tile_avx2(const float *xf, const int rows, int K, const uint8_t *wrow, const float *s, int group,
                            uint16_t *y, int64_t N) {
     const __m256i low = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
