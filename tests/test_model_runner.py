@@ -623,16 +623,6 @@ def test_runner_on_the_weight_arena_serves_the_same_logits(quantized, tiny_model
         assert torch.equal(on.forward(step), off.forward(step))
 
 
-def _avx2_build_here() -> bool:
-    """Whether this CPU runs the kernels both as built for it (AVX-512) and as a CPU without AVX-512 gets them."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = set(next((line for line in cpuinfo if line.startswith("flags")), ":").split(":", 1)[1].split())
-    except OSError:
-        return False
-    return {"avx512f", "avx2", "fma", "f16c"} <= flags
-
-
 @pytest.mark.parametrize("qformat, kernel_format", [("none", "bf16"), ("fp8", "int8(fp8)-a8"), ("int8_sq", "int8-a8"),
                                                     ("int4_awq", "int4-g128-int8act"),
                                                     ("w4a8_awq", "int4-g128-a8-int8act")])
@@ -648,7 +638,8 @@ def test_a_cpu_without_avx512_serves_every_format_in_c_close_to_this_cpus_build(
     from toolkit.compile_native import find_compiler
     from toolkit.engine.runtime import native_kernels
 
-    if find_compiler("c") is None or not _avx2_build_here() or native_kernels.march() != "native":
+    both = native_kernels.BOTH_BUILDS_FLAGS <= native_kernels.cpu_flags()
+    if find_compiler("c") is None or not both or native_kernels.march() != "native":
         pytest.skip("needs a C compiler, a CPU with both AVX-512 and AVX2 to run both builds, and this CPU's own "
                     f"build ({native_kernels.MARCH_VARIABLE} unset)")
     ckpt = tiny_model_dir if qformat == "none" else quantized(qformat)[0]

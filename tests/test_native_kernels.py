@@ -3,24 +3,16 @@
 import pytest
 
 from toolkit.compile_native import find_compiler
+from toolkit.engine.runtime import native_kernels
 
 pytestmark = pytest.mark.skipif(find_compiler("c") is None, reason="no C compiler here to build the fused kernels")
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 12, 4, 64, 8
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return set(next((line for line in cpuinfo if line.startswith("flags")), ":").split(":", 1)[1].split())
-    except OSError:
-        return set()
-
-
 # The kernels as -march=native builds them, and, on a CPU with AVX-512 that also runs AVX2, as a CPU without AVX-512
-# gets them (x86-64-v3: the bf16 and int4 GEMMs on AVX2 + FMA, the rest on its portable paths): every test below holds
-# both builds to torch.
-BUILDS = ["native"] + (["x86-64-v3"] if {"avx512f", "avx2", "fma", "f16c"} <= _cpu_flags() else [])
+# gets them (x86-64-v3: the AVX2 kernels, the rest on its portable paths): every test below holds both builds to torch.
+BUILDS = ["native"] + (["x86-64-v3"] if native_kernels.BOTH_BUILDS_FLAGS <= native_kernels.cpu_flags() else [])
 
 
 @pytest.fixture(scope="module", params=BUILDS)

@@ -86,6 +86,17 @@ def _cpu_model() -> str:
     return " ".join([platform.machine(), *found.values()])
 
 
+def cpu_flags() -> set[str]:
+    """The ISA flags /proc/cpuinfo lists for the first CPU (empty where it cannot be read)."""
+    line = _cpu_model().split(" flags", 1)
+    return set(line[1].lstrip("\t :").split()) if len(line) == 2 else set()
+
+
+# A CPU that runs both the kernels built for it (AVX-512) and those a CPU without AVX-512 gets (x86-64-v3): where the
+# tests build and hold both to torch.
+BOTH_BUILDS_FLAGS = {"avx512f", "avx2", "fma", "f16c"}
+
+
 @dataclass
 class NativeLinear:
     """One linear as decode_step.c's linear_t sees it (kernels.py's Linear classes say theirs)."""
