@@ -35,6 +35,8 @@ def compile_flags(target: str | None = None) -> list[str]:
 
 def march() -> str:
     return os.environ.get(MARCH_VARIABLE) or "native"
+
+
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 SOURCES = ("decode_kernels.c", "decode_step.c")
@@ -69,9 +71,8 @@ class _ModelDesc(ctypes.Structure):
                 ("row_split_min", ctypes.c_int32)]
 
 
-def _cpu_model() -> str:
-    """What -march=native compiled for (model name and ISA flags of the first CPU): a cached library is
-    only reused where both match."""
+def _first_cpu() -> dict[str, str]:
+    """/proc/cpuinfo's "model name" and "flags" lines for the first CPU (none where it cannot be read)."""
     found: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -83,13 +84,19 @@ def _cpu_model() -> str:
                     break
     except OSError:
         pass
-    return " ".join([platform.machine(), *found.values()])
+    return found
+
+
+def _cpu_model() -> str:
+    """What -march=native compiled for (model name and ISA flags of the first CPU): a cached library is
+    only reused where both match."""
+    return " ".join([platform.machine(), *_first_cpu().values()])
 
 
 def cpu_flags() -> set[str]:
     """The ISA flags /proc/cpuinfo lists for the first CPU (empty where it cannot be read)."""
-    line = _cpu_model().split(" flags", 1)
-    return set(line[1].lstrip("\t :").split()) if len(line) == 2 else set()
+    line = _first_cpu().get("flags", ":")
+    return set(line.split(":", 1)[1].split())
 
 
 # A CPU that runs both the kernels built for it (AVX-512) and those a CPU without AVX-512 gets (x86-64-v3): where the

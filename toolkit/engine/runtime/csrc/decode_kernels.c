@@ -1726,7 +1726,7 @@ INLINE void int4_lanes_half(const int8_t *xq, const float *xs, const int32_t *x8
     for (int m = 0; m < rows; m++) {
         float out[8];
         _mm256_storeu_ps(out, f[m]);
-        for (int n = 0; n < valid; n++) y[(int64_t)m * N + 8 * half + n] = f32_to_bf16(out[n]);
+        store_row(y, (int64_t)m * N + 8 * half, out, valid, BF16);
     }
 }
 
@@ -2112,8 +2112,7 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
             else {
                 float lanes[16];
                 _mm512_storeu_ps(lanes, v);
-                for (int n = 0; n < 16 && n < valid - 16 * j; n++)
-                    ((uint16_t *)y)[(int64_t)m * N + 16 * j + n] = f32_to_bf16(lanes[n]);
+                store_row(y, (int64_t)m * N + 16 * j, lanes, valid - 16 * j < 16 ? valid - 16 * j : 16, BF16);
             }
 #endif
         }
@@ -2199,10 +2198,7 @@ INLINE void int8_lanes_half(const uint8_t *xq, const int rows, int kpad, const i
     for (int m = 0; m < rows; m++) {
         float v[8];
         _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a[m]), in), scale));
-        for (int n = 0; n < valid; n++) {
-            if (kind == F32) ((float *)y)[(int64_t)m * N + 8 * half + n] = v[n];
-            else ((uint16_t *)y)[(int64_t)m * N + 8 * half + n] = f32_to_bf16(v[n]);
-        }
+        store_row(y, (int64_t)m * N + 8 * half, v, valid, kind);
     }
 }
 
