@@ -1001,6 +1001,13 @@ static inline float round_e4m3(float v) {
     return copysignf(nearbyintf(a / step) * step, v);
 }
 
+/* v as fp8 activations at `scale` round it (ModelOpt's static per-tensor scale): v / scale clamped to e4m3's range,
+ * rounded to e4m3, times scale, in the activation dtype `kind`; fp8_steps16 is the same 16 at a time. */
+static inline float fp8_activation(float v, float scale, int kind) {
+    const float q = v / scale;
+    return round_to(round_e4m3(q < -448.0f ? -448.0f : q > 448.0f ? 448.0f : q) * scale, kind);
+}
+
 #ifdef __AVX512F__
 /* v / s clamped to fp8's range and rounded to its nearest e4m3 value, 16 at a time (the scalar frexpf/ldexpf path
  * cost ~20 ns per element, most of an fp8 decode GEMM's activation work): step 2^(max(floor(log2 |q|), -6) - 3),
@@ -1033,10 +1040,7 @@ static float *widen_activations(const void *x, int64_t M, int K, int kind, int a
             for (; k + 16 <= K; k += 16)
                 _mm512_storeu_ps(row + k, round_to16(_mm512_mul_ps(fp8_steps16(_mm512_loadu_ps(row + k), s), s), kind));
 #endif
-            for (; k < K; k++) {
-                float q = row[k] / input_scale;
-                row[k] = round_to(round_e4m3(q < -448.0f ? -448.0f : q > 448.0f ? 448.0f : q) * input_scale, kind);
-            }
+            for (; k < K; k++) row[k] = fp8_activation(row[k], input_scale, kind);
         }
     }
     return xf;
@@ -1665,10 +1669,7 @@ static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, floa
     for (int c = 0; c < K; c += 128) {
         load_row(v, x, c, 128, BF16, 1.0f);
         if (fp8_scale > 0.0f)
-            for (int k = 0; k < 128; k++) {
-                const float q = v[k] / fp8_scale;
-                v[k] = round_to(round_e4m3(q < -448.0f ? -448.0f : q > 448.0f ? 448.0f : q) * fp8_scale, BF16);
-            }
+            for (int k = 0; k < 128; k++) v[k] = fp8_activation(v[k], fp8_scale, BF16);
         __m256 amax = _mm256_setzero_ps();
         const __m256 sign = _mm256_set1_ps(-0.0f);
         for (int k = 0; k < 128; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + k)));
