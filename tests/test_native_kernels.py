@@ -513,6 +513,36 @@ def test_int8_sq_prompt_rows_equal_the_decode_kernel_bit_for_bit(kernels, amx, m
             assert torch.equal(linear(x), one_at_a_time)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 16, 31])
+def test_fp8_weights_as_int8_on_int8_activations_equal_the_rounded_product_at_every_batch(kernels, rows):
+    """gemm_int8_a8 (fp8 served as int8 where fp8's own kernel cannot run, AVX2): x rounded to int8 per 128 inputs as
+    gemm_int4_a8 rounds it, times the int8 weights exactly in integers, each 128's sum times its scale and the row's
+    scale in fp32: that product in float up to fp32 summation and the bf16 output; a row's bits the same alone as in a
+    batch; the fp8 rounding in the kernel's pass the same as rounding first."""
+    import torch
+
+    if not kernels.has_int8_a8:
+        pytest.skip("this build has no AVX2 int8 x int8 kernel for fp8 (AVX512-BF16 runs fp8's own)")
+    gen = torch.Generator().manual_seed(rows)
+    n, k = 90, 768  # not a multiple of 16 rows: the last block padded
+    values = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
+    scale = torch.rand(n, generator=gen) * 0.01
+    packed, lane_scale = kernels.pack_int8_a8(values, scale)
+    x = (torch.randn(rows, k, generator=gen) * 3).to(torch.bfloat16)
+    x[0, :128] = 0  # an all-zero 128 (scale 1, all zeros)
+    groups = x.float().reshape(rows, -1, 128)
+    amax = groups.abs().amax(-1, keepdim=True)
+    step = (amax / 127).where(amax > 0, torch.ones(1))
+    expected = (torch.round(groups / step) * step).reshape(rows, k) @ (values.float() * scale[:, None]).t()
+    got = kernels.gemm_int8_a8(x, packed, lane_scale, n)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
+    assert (got.float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+    for row in {0, rows - 1}:
+        assert torch.equal(kernels.gemm_int8_a8(x[row:row + 1], packed, lane_scale, n), got[row:row + 1])
+    assert torch.equal(kernels.gemm_int8_a8(x, packed, lane_scale, n, fp8_scale=0.02),
+                       kernels.gemm_int8_a8(kernels.round_activations(x, "fp8", 0.02), packed, lane_scale, n))
+
+
 @pytest.mark.parametrize("act_quant", ["int8", "fp8"])
 def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_quant):
     """Prefill's 8-bit helpers: activations rounded exactly as fake_quant_activation, and int8 weights widened
@@ -526,6 +556,7 @@ def test_prefill_rounding_and_int8_widening_equal_the_torch_ops(kernels, act_qua
     for dtype in (torch.float32, torch.bfloat16):
         x = (torch.randn(40, 300, generator=gen) * 3).to(dtype)
         x[0, :3] = torch.tensor([1e4, -1e4, 0.0])
+        x[1] = (torch.logspace(-8, 2, 300) * torch.randn(300, generator=gen).sign()).to(dtype)  # fp8's subnormals too
         assert torch.equal(kernels.round_activations(x, act_quant, input_scale),
                            fake_quant_activation(x, act_quant, torch.tensor(input_scale)))
     q = torch.randint(-127, 128, (70, 300), generator=gen, dtype=torch.int8)

@@ -16,8 +16,9 @@
          into bf16 tiles at every row count; else on the CPU (whose fp8
          GEMM is a slow reference path in torch 2.13) ModelOpt's fp8 bytes as they are, turned into bf16 by a
          shift in the C GEMM (AVX512-BF16 dot products, exact but for fp8 subnormals, which count as zero),
-         prefill widened to bf16; without AVX512-BF16 re-quantized to int8 per channel (stated once) on the
-         widening int8 GEMM
+         prefill widened to bf16; without AVX512-BF16 re-quantized to int8 per channel (stated once): on AVX2
+         times activations rounded to int8 per 128 after their fp8 rounding (the C int8 x int8 GEMM, every row
+         count, as the int4 formats'; int4_activations bf16 keeps them fp8 values), else the widening int8 GEMM
 
 Each linear also describes itself for the one-call C decode step (`native_linear`, csrc/decode_step.c).
 
@@ -363,9 +364,11 @@ def _int8_activations(native, act_quant, group_size: int, int4_activations: str)
 
 
 class Int8Linear(Linear):
-    """int8 weights with a per-output-channel scale (SmoothQuant's weights; activations fake-quantized to int8)."""
+    """int8 weights with a per-output-channel scale (SmoothQuant's weights; activations fake-quantized to int8), or fp8
+    weights re-quantized to int8 (fp8_as_int8; int8_activations: on the int8 x int8 per 128 kernel)."""
 
-    def __init__(self, values, scales, dtype, act_quant=None, input_scale=None, native=None):
+    def __init__(self, values, scales, dtype, act_quant=None, input_scale=None, native=None,
+                 int8_activations: bool = False):
         import torch
 
         self.out_features, self.in_features = values.shape
@@ -379,7 +382,11 @@ class Int8Linear(Linear):
         self.packed = native.pack_amx(values, "int8") if self.amx else None
         self.vnni = (native is not None and native.has_int8_vnni and act_quant == "int8" and not self.amx
                      and (not native.int8_weights_symmetric or int(values.min()) > -128))
-        self.weight = None if self.amx or self.vnni else values.contiguous()
+        # fp8 served as int8 (fp8_as_int8): int8 x int8 per 128 inputs, decode rows and prompt chunks alike
+        self.int8_activations = int8_activations and not (self.amx or self.vnni)
+        if self.int8_activations:
+            self.packed, self.scales_fp32 = native.pack_int8_a8(values, scales)
+        self.weight = None if self.amx or self.vnni or self.int8_activations else values.contiguous()
         if self.vnni:  # in its own layout only (16 output rows side by side), decode rows and prompt chunks alike;
             # kept as tensor attributes, which the weight arena moves onto 2 MiB pages (a step streams them all)
             lanes = native.pack_int8_lanes(values, scales)
@@ -405,6 +412,10 @@ class Int8Linear(Linear):
         if self.vnni:  # decode rows and prompt chunks on the one kernel: a row's output whatever came with it
             y = self.native.gemm_int8_vnni(x2, self.lanes(), self.input_scale_value)
             return y.reshape(*shape[:-1], self.out_features)
+        if self.int8_activations:  # likewise; the fp8 rounding inside the kernel's pass
+            fp8_scale = self.input_scale_value if self.act_quant == "fp8" else None
+            y = self.native.gemm_int8_a8(x2, self.packed, self.scales_fp32, self.out_features, fp8_scale)
+            return y.reshape(*shape[:-1], self.out_features)
         if self.native is not None and x2.shape[0] <= NATIVE_INT8_ROWS:  # activation rounding fused in
             y = self.native.gemm_int8(x2, self.weight, self.scales_fp32, self.act_quant, self.input_scale_value)
             return y.reshape(*shape[:-1], self.weight.shape[0])
@@ -428,10 +439,14 @@ class Int8Linear(Linear):
         return Int8Lanes(self.packed, self.scales_fp32, self.weight_sums, self.out_features, self.in_features)
 
     def native_linear(self):
-        from toolkit.engine.runtime.native_kernels import LIN_INT8, LIN_INT8_AMX, LIN_INT8_VNNI, NativeLinear
+        from toolkit.engine.runtime.native_kernels import (LIN_INT8, LIN_INT8_A8, LIN_INT8_AMX, LIN_INT8_VNNI,
+                                                           NativeLinear)
 
         if self.native is None:
             return None
+        if self.int8_activations:
+            return NativeLinear(LIN_INT8_A8, self.packed, self.out_features, self.in_features, WIDEN_ROWS - 1,
+                                self.scales_fp32, act_quant=self.act_quant, input_scale=self.input_scale_value)
         if self.amx:
             return NativeLinear(LIN_INT8_AMX, self.packed, self.out_features, self.in_features, AMX_ROWS,
                                 self.scales_fp32, act_quant=self.act_quant, input_scale=self.input_scale_value)
@@ -540,6 +555,7 @@ def can_fuse(parts: list[LinearWeights]) -> bool:
 FP8_KERNELS = ("auto", "scaled_mm", "int8")
 # INT4-AWQ's and W4A8's decode rows: "auto" int8 per 128 inputs where the CPU has the VNNI kernel, "int8" the same (said
 # when it cannot), "bf16" exact: the 16-bit activations TensorRT-LLM's W4A16 kernels take (W4A8's fp8 values, exactly).
+# The same for FP8's weights where they are served as int8 (_fp8_int8_activations).
 INT4_ACTIVATIONS = ("auto", "int8", "bf16")
 
 
@@ -576,13 +592,15 @@ def make_linear(parts: list[LinearWeights], dtype, device="cpu", choice: KernelC
         return Int8Linear(weight, scales, dtype, first.act_quant, input_scale, native)
     if first.kind == "fp8":
         rows = torch.cat([p.weight_scale.float().expand(p.out_features) for p in parts]).to(device)
-        return fp8_linear(weight, rows, dtype, first.act_quant, input_scale, device, choice.fp8_kernel, native)
+        return fp8_linear(weight, rows, dtype, first.act_quant, input_scale, device, choice.fp8_kernel, native,
+                          choice.int4_activations)
     raise ValueError(f"no kernel for weight kind {first.kind!r}")
 
 
 def fp8_linear(weight, row_scales, dtype, act_quant, input_scale, device="cpu", fp8_kernel: str = "auto",
-               native=None) -> Linear:
-    """fp8 weights [N, K] with a scale per output row on the kernel `fp8_kernel` picks (see make_linear)."""
+               native=None, int4_activations: str = "auto") -> Linear:
+    """fp8 weights [N, K] with a scale per output row on the kernel `fp8_kernel` picks (see make_linear);
+    int4_activations (INT4_ACTIVATIONS) also says whether, served as int8, their activations go to int8 per 128."""
     import torch
 
     if fp8_kernel not in FP8_KERNELS:
@@ -594,9 +612,9 @@ def fp8_linear(weight, row_scales, dtype, act_quant, input_scale, device="cpu", 
         if fp8_kernel == "auto":
             _say_once("fp8-int8", "fp8 weights: the engine's fp8 kernel needs AVX512-BF16, bf16 activations and "
                                   "the C kernels, and torch's fp8 GEMM on CPU is a slow reference path; serving "
-                                  "them as int8 per output channel (re-quantized from the fp8 values) on the int8 "
+                                  "them as int8 per output channel (re-quantized from the fp8 values) on an int8 "
                                   "kernel, activations still rounded to fp8")
-        return fp8_as_int8(weight, row_scales, dtype, act_quant, input_scale, native)
+        return fp8_as_int8(weight, row_scales, dtype, act_quant, input_scale, native, int4_activations)
     if not fp8_scaled_mm_available(str(device)):
         _say_once("fp8", f"fp8: torch._scaled_mm is not available on {device}: fp8 weights are widened to "
                          f"{dtype} inside each GEMM (8-bit weight reads, {dtype} arithmetic)")
@@ -604,14 +622,41 @@ def fp8_linear(weight, row_scales, dtype, act_quant, input_scale, device="cpu", 
     return Fp8Linear(weight, row_scales, dtype, act_quant, input_scale)
 
 
-def fp8_as_int8(values, row_scales, dtype, act_quant, input_scale, native=None) -> Int8Linear:
+def fp8_as_int8(values, row_scales, dtype, act_quant, input_scale, native=None,
+                int4_activations: str = "auto") -> Int8Linear:
     """fp8 weights (times their scales) re-quantized to int8 with one scale per output row: at most half
-    an int8 step of the row's largest weight away from ModelOpt's values."""
+    an int8 step of the row's largest weight away from ModelOpt's values (never -128: the int8 x int8 kernel's
+    sign trick cannot take it). Their activations, rounded to fp8, go on to int8 per 128 inputs where the int8 x
+    int8 kernel runs (_fp8_int8_activations), else stay fp8 values on the widening kernel."""
     import torch
 
     exact = values.float() * row_scales[:, None]
     scale = exact.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-    linear = Int8Linear(torch.round(exact / scale[:, None]).clamp(-127, 127).to(torch.int8), scale, dtype,
-                        act_quant, input_scale, native)
-    linear.weight_format = "int8(fp8)" + ("-a8" if act_quant else "")
+    rounded = torch.round(exact / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    int8_activations = _fp8_int8_activations(native, dtype, values.shape[1], int4_activations)
+    linear = Int8Linear(rounded, scale, dtype, act_quant, input_scale, native, int8_activations=int8_activations)
+    linear.weight_format = "int8(fp8)" + ("-a8" if act_quant else "") + ("-int8act" if int8_activations else "")
     return linear
+
+
+def _fp8_int8_activations(native, dtype, in_features: int, int4_activations: str) -> bool:
+    """Whether fp8 weights served as int8 run on the int8 x int8 kernel (gemm_int8_a8: AVX2, bf16 activations,
+    inputs a multiple of 128), their activations rounded to int8 per 128 after their fp8 rounding: as the int4
+    formats' (int4_activations governs both; "bf16" keeps them fp8 values on the widening kernel)."""
+    import torch
+
+    if int4_activations not in INT4_ACTIVATIONS:
+        raise ValueError(f"int4_activations {int4_activations!r} is not one of {', '.join(INT4_ACTIVATIONS)}")
+    if int4_activations == "bf16":
+        return False
+    if native is not None and native.has_int8_a8 and dtype == torch.bfloat16 and in_features % 128 == 0:
+        _say_once("fp8-int8act", "fp8 weights served as int8: activations, after their fp8 rounding, rounded to int8 "
+                                 "per 128 inputs for the int8 x int8 kernel (AVX2's vpmaddubsw), as the int4 "
+                                 "formats'; int4_activations: bf16 keeps them fp8 values on the widening kernel, "
+                                 "slower", logging.INFO)
+        return True
+    if int4_activations == "int8":
+        _say_once("fp8-int8act-missing", "int4_activations int8: fp8 weights served as int8 take int8 activations only "
+                                         "on the AVX2 int8 x int8 kernel with bf16 activations and inputs a multiple "
+                                         f"of 128 (here {in_features}): their activations stay fp8 values")
+    return False

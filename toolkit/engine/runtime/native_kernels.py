@@ -41,7 +41,7 @@ _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 SOURCES = ("decode_kernels.c", "decode_step.c")
 (LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX,
- LIN_INT4_AMX, LIN_INT4_A8) = range(10)
+ LIN_INT4_AMX, LIN_INT4_A8, LIN_INT8_A8) = range(11)
 # The parts of a decode step decode_step can time in place (csrc/decode_step.c's PART_*, in order)
 STEP_PARTS = ("qkv", "attention", "o", "gate_up", "down", "rest", "lm_head")
 # AMX tiles (csrc/decode_kernels.c): 16 outputs x one K slice of this many values, 1 KiB each
@@ -109,7 +109,7 @@ class NativeLinear:
     """One linear as decode_step.c's linear_t sees it (kernels.py's Linear classes say theirs)."""
 
     kind: int
-    weight: object  # torch.Tensor [n, k] (int4: packed bytes [n, k / 2]; LIN_INT4_A8: n padded to 16)
+    weight: object  # torch.Tensor [n, k] (int4: packed bytes [n, k / 2]; LIN_INT4_A8, LIN_INT8_A8: n padded to 16)
     n: int
     k: int
     max_rows: int  # up to this many rows this C GEMM beats torch's (kernels.py); a decode step takes the least
@@ -271,6 +271,12 @@ class NativeKernels:
         if self.has_int4_a8:
             library.gemm_int4_a8.argtypes = [*library.gemm_int4.argtypes, c.c_float]
             library.gemm_int4_a8.restype = None
+        library.gemm_int8_a8_available.restype = c.c_int
+        self.has_int8_a8 = bool(library.gemm_int8_a8_available())  # fp8 served as int8 x int8 (AVX2)
+        if self.has_int8_a8:
+            library.gemm_int8_a8.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p,
+                                             c.c_float]
+            library.gemm_int8_a8.restype = None
         if self.has_int8_vnni:
             library.gemm_int8_vnni.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int,
                                                c.c_void_p, c.c_int, c.c_float]
@@ -602,6 +608,28 @@ class NativeKernels:
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
         self._lib.gemm_int4_a8(x.data_ptr(), x.shape[0], packed.shape[1] * 2, packed.data_ptr(), scales.data_ptr(),
                                group_size, n, y.data_ptr(), fp8_scale or 0.0)
+        return y
+
+    # --- fp8 weights as int8 x int8 per 128 (where has_int8_a8: AVX2; in_features a multiple of 128) ----------
+
+    @staticmethod
+    def pack_int8_a8(values, scale):
+        """int8 weights [N, K] (none -128) and fp32 row scales [N] → gemm_int8_a8's (bytes, scales): INT8-SQ's lanes
+        (rows_in_lanes; N padded to 16 with zeros, the scales likewise) with each 128's inputs 32-63 and 64-95
+        swapped, the order quantize_int4_activations stores a row in."""
+        n, k = values.shape
+        swapped = values.reshape(n, k // 128, 4, 32)[:, :, [0, 2, 1, 3], :].reshape(n, k)
+        return rows_in_lanes(swapped, 0), _padded_rows(scale.float())
+
+    def gemm_int8_a8(self, x, packed, scale, n: int, fp8_scale: float | None = None):
+        """x bf16 [M, K] (first rounded to fp8 at fp8_scale where given) rounded to int8 per 128 of K, times
+        pack_int8_a8's weights exactly in integers, scaled per row (scale fp32 [N padded to 16]) → bf16 [M, n]."""
+        import torch
+
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
+        self._lib.gemm_int8_a8(x.data_ptr(), x.shape[0], packed.shape[1], packed.data_ptr(), scale.data_ptr(), n,
+                               y.data_ptr(), fp8_scale or 0.0)
         return y
 
     # --- fp8 (bf16 activations; only where has_fp8_gemm) --------------------------------------------

@@ -175,6 +175,15 @@ static inline __m512 round_to16(__m512 v, int kind) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(u, bias), _mm512_set1_epi32((int)0xffff0000u)));
 }
 #endif
+#if defined(__AVX2__)  /* the AVX2 kernels' (also where AVX-512 lacks what their AVX-512 versions need) */
+/* round_to for 8 values (finite ones), as round_to16 */
+static inline __m256 round_to8(__m256 v, int kind) {
+    if (kind != BF16) return v;
+    __m256i u = _mm256_castps_si256(v);
+    __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(u, bias), _mm256_set1_epi32((int)0xffff0000u)));
+}
+#endif
 
 /* The per-token elementwise loops run 16 at a time where they can (a scalar bf16 rounding per element cost
  * ~1 ms of a 16-sequence decode step of `small`): row[i] = round(a[i] + b[i]) if add, else round(a[i] * b[i]). */
@@ -1020,6 +1029,21 @@ static inline __m512 fp8_steps16(__m512 v, __m512 s) {
                             _mm512_sub_ps(_mm512_setzero_ps(), shift));
 }
 #endif
+#if defined(__AVX2__)
+/* fp8_steps16 on 8 lanes, without getexp and scalef: floor(log2 |q|) from q's exponent bits (q = 0 reads -127, held
+ * to -6 as subnormals are), the steps 2^(3 - lead) and 2^(lead - 3) built as floats from their exponents; q times a
+ * power of two is exact, so this is the scalar round_e4m3's value (element by element it cost ~20 ns an activation:
+ * W4A8's and fp8's rounding ~0.9 ms of a batch-1 step of `small` on AVX2). */
+static inline __m256 fp8_steps8(__m256 v, __m256 s) {
+    const __m256 q = _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(v, s), _mm256_set1_ps(-448.0f)), _mm256_set1_ps(448.0f));
+    const __m256i bits = _mm256_and_si256(_mm256_castps_si256(q), _mm256_set1_epi32(0x7f800000));
+    const __m256i lead = _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(127)),
+                                          _mm256_set1_epi32(-6));
+    const __m256 up = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127 + 3), lead), 23));
+    const __m256 down = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(lead, _mm256_set1_epi32(127 - 3)), 23));
+    return _mm256_mul_ps(_mm256_round_ps(_mm256_mul_ps(q, up), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), down);
+}
+#endif
 
 /* Activations widened to fp32, and rounded first as ModelOpt calibrated them (static per-tensor scale):
  * act_quant ACT_NONE, ACT_INT8 (SmoothQuant) or ACT_FP8 (e4m3): what fake_quant_activation does in torch. */
@@ -1039,6 +1063,10 @@ static float *widen_activations(const void *x, int64_t M, int K, int kind, int a
             const __m512 s = _mm512_set1_ps(input_scale);
             for (; k + 16 <= K; k += 16)
                 _mm512_storeu_ps(row + k, round_to16(_mm512_mul_ps(fp8_steps16(_mm512_loadu_ps(row + k), s), s), kind));
+#elif defined(__AVX2__)
+            const __m256 s = _mm256_set1_ps(input_scale);
+            for (; k + 8 <= K; k += 8)
+                _mm256_storeu_ps(row + k, round_to8(_mm256_mul_ps(fp8_steps8(_mm256_loadu_ps(row + k), s), s), kind));
 #endif
             for (; k < K; k++) row[k] = fp8_activation(row[k], input_scale, kind);
         }
@@ -1663,13 +1691,15 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
  * the 32-bit sums: the same integers as vpdpbusd's, and each output's fp32 accumulation the same operations in the
  * same order, so the outputs are the AVX-512 kernel's bits. */
 
-/* quantize_int4_activations on 8 lanes (W4A8's fp8 rounding element by element, as widen_activations rounds) */
+/* quantize_int4_activations on 8 lanes (W4A8's fp8 rounding as widen_activations rounds) */
 static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, float *xs, int32_t *x8, float fp8_scale) {
     float v[128];
     for (int c = 0; c < K; c += 128) {
         load_row(v, x, c, 128, BF16, 1.0f);
+        const __m256 fs = _mm256_set1_ps(fp8_scale);
         if (fp8_scale > 0.0f)
-            for (int k = 0; k < 128; k++) v[k] = fp8_activation(v[k], fp8_scale, BF16);
+            for (int k = 0; k < 128; k += 8)
+                _mm256_storeu_ps(v + k, round_to8(_mm256_mul_ps(fp8_steps8(_mm256_loadu_ps(v + k), fs), fs), BF16));
         __m256 amax = _mm256_setzero_ps();
         const __m256 sign = _mm256_set1_ps(-0.0f);
         for (int k = 0; k < 128; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + k)));
@@ -1751,23 +1781,116 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
         }
     }
 }
+
+/* ---- int8 x int8 per 128 on AVX2: fp8 weights where fp8's own kernel cannot run -------------------------------
+ * Without AVX512-BF16 fp8's weights are served as int8 per output row (kernels.fp8_as_int8) and their activations,
+ * once rounded to fp8 as ModelOpt calibrated them, are fp8 values, not integers: INT8-SQ's kernel cannot take them
+ * and the widening kernel ran compute-bound (0.73x bf16's step at one sequence, slower than bf16 at eight). Here
+ * they are rounded to int8 per 128 inputs as the int4 x int8 kernel rounds them (quantize_int4_activations, W4A8's
+ * fp8 rounding in the same pass; llama.cpp's q8_0 x q8_0 likewise, in blocks of 32), and each 128's products summed
+ * exactly in integers: |q| against the weights carrying q's sign (vpsignb; the weights avoid -128, as fp8_as_int8
+ * rounds them to +-127), vpmaddubsw's pairs (at most 2 x 127 x 127) and vpmaddwd into 32 bits; each 128's sum times
+ * its activation scale added in fp32 in k order, times the row's scale at the end. The layout is INT8-SQ's lanes
+ * (pack_int8_lanes: vector d holds weights 4d .. 4d+3 of 16 rows) with each 128's inputs in the activations' nibble
+ * order (native_kernels.pack_int8_a8): quantize_int4_activations stores inputs 32-63 and 64-95 of each 128 swapped.
+ * w [N padded to 16, K] int8, scale [N padded] fp32, K a multiple of 128; a row's outputs do not depend on the batch. */
+#define HAVE_GEMM_INT8_A8 1
+INLINE void int8_a8_half(const int8_t *xq, const float *xs, const int rows, int K, const int8_t *wb, const float *sb,
+                         int half, uint16_t *y, int64_t N, int valid) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t chunks = K / 128;
+    __m256 f[4];
+    for (int m = 0; m < rows; m++) f[m] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++) {
+        const int8_t *wc = wb + c * 2048 + 32 * half;
+        __m256i a[4];
+        for (int m = 0; m < rows; m++) a[m] = _mm256_setzero_si256();
+        for (int d = 0; d < 32; d++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(wc + d * 64));
+            for (int m = 0; m < rows; m++) {
+                int32_t xv;
+                memcpy(&xv, xq + (int64_t)m * K + c * 128 + 4 * d, 4);
+                const __m256i q = _mm256_set1_epi32(xv);
+                a[m] = _mm256_add_epi32(a[m], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q),
+                                                                                     _mm256_sign_epi8(w, q)), ones));
+            }
+        }
+        for (int m = 0; m < rows; m++)
+            f[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[m]), _mm256_set1_ps(xs[m * chunks + c]), f[m]);
+    }
+    const __m256 scale = _mm256_loadu_ps(sb + 8 * half);
+    for (int m = 0; m < rows; m++) {
+        float out[8];
+        _mm256_storeu_ps(out, _mm256_mul_ps(f[m], scale));
+        store_row(y, (int64_t)m * N + 8 * half, out, valid, BF16);
+    }
+}
+
+/* The output blocks b0 .. b1 - 1 (16 rows each) of gemm_int8_a8 from its quantized activations. */
+static inline void int8_a8_blocks(const int8_t *xq, const float *xs, int64_t M, int K, const int8_t *w,
+                                  const float *scale, int N, uint16_t *y, int64_t b0, int64_t b1) {
+    const int64_t chunks = K / 128, per_pass = rows_per_pass(M, 4);
+    for (int64_t b = b0; b < b1; b++) {
+        const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
+        for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
+            const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
+            for (int half = 0; half < 2 && valid > 8 * half; half++) {
+                const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
+#define I8_HALF(R) int8_a8_half(xq + m0 * K, xs + m0 * chunks, R, K, w + b * 16 * K, scale + 16 * b, half, \
+                                y + m0 * N + 16 * b, N, live)
+                FOR_1_TO_4(rows, I8_HALF)
+#undef I8_HALF
+            }
+        }
+    }
+}
 #endif
 
 #if defined(HAVE_GEMM_INT4_A8)
+/* x bf16 [M, K] as the int8-activation kernels take it (quantize_int4_activations): int8 values, each 128's scale and
+ * sum, in one allocation (free xs) */
+typedef struct { int8_t *xq; float *xs; int32_t *x8; } a8_rows_t;
+
+static a8_rows_t a8_rows(const uint16_t *x, int64_t M, int K, float fp8_scale) {
+    const int64_t chunks = K / 128;
+    float *xs = malloc((size_t)(M * K) + (sizeof(float) + sizeof(int32_t)) * M * chunks);
+    const a8_rows_t r = {(int8_t *)(xs + 2 * M * chunks), xs, (int32_t *)(xs + M * chunks)};
+    FOR_ROWS(m, M, 4, quantize_int4_activations(x + m * K, K, r.xq + m * K, r.xs + m * chunks, r.x8 + m * chunks,
+                                                fp8_scale));
+    return r;
+}
+
 void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
                   uint16_t *y, float fp8_scale) {
-    const int64_t chunks = K / 128;
-    int8_t *xq = malloc((size_t)(M * K));
-    float *xs = malloc(sizeof(float) * M * chunks);
-    int32_t *x8 = malloc(sizeof(int32_t) * M * chunks);
-    FOR_ROWS(m, M, 4, quantize_int4_activations(x + m * K, K, xq + m * K, xs + m * chunks, x8 + m * chunks, fp8_scale));
+    const a8_rows_t r = a8_rows(x, M, K, fp8_scale);
     const int64_t blocks = (N + 15) / 16;
     #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++) int4_a8_blocks(xq, xs, x8, M, K, w, scales, group, N, y, b, b + 1);
-    free(xq), free(xs), free(x8);
+    for (int64_t b = 0; b < blocks; b++) int4_a8_blocks(r.xq, r.xs, r.x8, M, K, w, scales, group, N, y, b, b + 1);
+    free(r.xs);
 }
 
 #endif
+
+#if defined(HAVE_GEMM_INT8_A8)
+/* fp8 weights served as int8 (see int8_a8_half): x bf16 [M, K] rounded to fp8 at fp8_scale (where > 0) and to int8
+ * per 128, times pack_int8_a8's weights → y bf16 [M, N] */
+void gemm_int8_a8(const uint16_t *x, int64_t M, int K, const int8_t *w, const float *scale, int N, uint16_t *y,
+                  float fp8_scale) {
+    const a8_rows_t r = a8_rows(x, M, K, fp8_scale);
+    const int64_t blocks = (N + 15) / 16;
+    #pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) int8_a8_blocks(r.xq, r.xs, M, K, w, scale, N, y, b, b + 1);
+    free(r.xs);
+}
+#endif
+
+int gemm_int8_a8_available(void) {
+#if defined(HAVE_GEMM_INT8_A8)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 int gemm_int4_a8_available(void) {
 #if defined(HAVE_GEMM_INT4_A8)

@@ -16,7 +16,7 @@
  */
 
 enum { LIN_BF16 = 0, LIN_INT8 = 1, LIN_INT4 = 2, LIN_INT8_VNNI = 3, LIN_FP8 = 4, LIN_BF16_AMX = 5, LIN_INT8_AMX = 6, LIN_FP8_AMX = 7,
-       LIN_INT4_AMX = 8, LIN_INT4_A8 = 9 };
+       LIN_INT4_AMX = 8, LIN_INT4_A8 = 9, LIN_INT8_A8 = 10 };
 
 typedef struct {
     int32_t kind, n, k, group, act_quant;
@@ -74,6 +74,9 @@ static int decode_kind_supported(int kind) { /* what decode_layers checks before
 #endif
 #if defined(HAVE_GEMM_INT4_A8)
     if (kind == LIN_INT4_A8) return 1;
+#endif
+#if defined(HAVE_GEMM_INT8_A8)
+    if (kind == LIN_INT8_A8) return 1;
 #endif
 #if defined(HAVE_GEMM_BF16)
     if (kind == LIN_BF16 || kind == LIN_INT4) return 1;
@@ -135,6 +138,12 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
 #endif
         gemm_int4((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n, (uint16_t *)y);
         break;
+#if defined(HAVE_GEMM_INT8_A8)
+    case LIN_INT8_A8:  /* fp8 weights as int8: the kernel rounds the activations to fp8 in its own pass */
+        gemm_int8_a8((const uint16_t *)x, M, l->k, (const int8_t *)l->weight, l->scale, l->n, (uint16_t *)y,
+                     l->act_quant == ACT_FP8 ? l->input_scale : 0.0f);
+        break;
+#endif
     case LIN_FP8:
         gemm_fp8((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->n, (uint16_t *)y, l->act_quant,
                  l->input_scale);
@@ -217,14 +226,14 @@ static int64_t prepared_bytes(int64_t M, int64_t K) {
     return M * (K + 64) * 2 + M * (K / 128 + 1) * 8;
 }
 
-/* Where the int4 x int8 kernel's prepared activations for M rows of K inputs lie in `scratch`: the int8 values, then
- * each 128's scale, then each 128's sum. */
-typedef struct { int8_t *xq; float *xs; int32_t *x8; } int4_prepared_t;
-
-static int4_prepared_t int4_prepared(char *scratch, int64_t M, int64_t K) {
+#if defined(HAVE_GEMM_INT4_A8)
+/* Where the int8-activation kernels' prepared activations (int4 x int8, fp8 as int8) for M rows of K inputs lie in
+ * `scratch`: the int8 values, then each 128's scale, then each 128's sum. */
+static a8_rows_t a8_prepared(char *scratch, int64_t M, int64_t K) {
     float *xs = (float *)(scratch + M * K);
-    return (int4_prepared_t){(int8_t *)scratch, xs, (int32_t *)(xs + M * (K / 128))};
+    return (a8_rows_t){(int8_t *)scratch, xs, (int32_t *)(xs + M * (K / 128))};
 }
+#endif
 
 /* Rows r0 .. r1 - 1 of a linear's input x [M, k] made ready for its kernel (team_supported's kinds): smoothed in place
  * and, where the kernel takes prepared activations, prepared into `scratch` as the kernel's own call would (row r at
@@ -234,9 +243,10 @@ static void team_prepare_rows(const linear_t *l, void *x, int64_t r0, int64_t r1
     smooth_input(l, (char *)x + r0 * K * act_bytes(act), r1 - r0, act);
     switch (l->kind) {
 #if defined(HAVE_GEMM_INT4_A8)
-    case LIN_INT4_A8: {
+    case LIN_INT4_A8:
+    case LIN_INT8_A8: {
         const int64_t chunks = K / 128;
-        const int4_prepared_t p = int4_prepared(scratch, M, K);
+        const a8_rows_t p = a8_prepared(scratch, M, K);
         for (int64_t r = r0; r < r1; r++)
             quantize_int4_activations((const uint16_t *)x + r * K, K, p.xq + r * K, p.xs + r * chunks,
                                       p.x8 + r * chunks, l->act_quant == ACT_FP8 ? l->input_scale : 0.0f);
@@ -269,10 +279,18 @@ static void team_compute(const linear_t *l, const void *x, int64_t M, void *y, i
     switch (l->kind) {
 #if defined(HAVE_GEMM_INT4_A8)
     case LIN_INT4_A8: {
-        const int4_prepared_t p = int4_prepared(scratch, M, K);
+        const a8_rows_t p = a8_prepared(scratch, M, K);
         team_share((N + 15) / 16, t, threads, &u0, &u1);
         int4_a8_blocks(p.xq, p.xs, p.x8, M, K, (const uint8_t *)l->weight, l->scale, l->group, N, (uint16_t *)y, u0,
                        u1);
+        break;
+    }
+#endif
+#if defined(HAVE_GEMM_INT8_A8)
+    case LIN_INT8_A8: {
+        const a8_rows_t p = a8_prepared(scratch, M, K);
+        team_share((N + 15) / 16, t, threads, &u0, &u1);
+        int8_a8_blocks(p.xq, p.xs, M, K, (const int8_t *)l->weight, l->scale, N, (uint16_t *)y, u0, u1);
         break;
     }
 #endif
@@ -328,14 +346,14 @@ static void team_linear(const linear_t *l, void *x, int64_t r0, int64_t r1, int6
 #define ROW_SPLIT_MIN 4
 
 /* A linear team_linear can share out (with bf16 activations): the int4 x int8, INT8-SQ's VNNI, fp8 and bf16 kernels,
- * as they run on an AVX512-BF16 + VNNI CPU (bf16 on AVX2 + FMA too); not AMX's tiles, the widening int8 or the
- * bf16-activation int4 kernels. */
+ * as they run on an AVX512-BF16 + VNNI CPU (bf16 on AVX2 + FMA too), and fp8 as int8 x int8 (AVX2); not AMX's tiles,
+ * the widening int8 or the bf16-activation int4 kernels. */
 static int team_kind(const linear_t *l) {
     const int kind = l->kind;
-    if (!decode_kind_supported(kind) || (kind != LIN_INT4_A8 && kind != LIN_INT8_VNNI && kind != LIN_FP8 &&
-                                         kind != LIN_BF16))
+    if (!decode_kind_supported(kind) || (kind != LIN_INT4_A8 && kind != LIN_INT8_A8 && kind != LIN_INT8_VNNI &&
+                                         kind != LIN_FP8 && kind != LIN_BF16))
         return 0;
-    return kind != LIN_INT4_A8 || l->act_quant == ACT_NONE || l->act_quant == ACT_FP8;
+    return (kind != LIN_INT4_A8 && kind != LIN_INT8_A8) || l->act_quant == ACT_NONE || l->act_quant == ACT_FP8;
 }
 
 /* Whether decode_layers_team runs this model: every linear a team_kind, bf16 activations, and a team to share the
