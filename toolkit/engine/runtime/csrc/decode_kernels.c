@@ -194,6 +194,11 @@ static inline void combine_rounded(float *row, const float *a, const float *b, i
         __m512 va = _mm512_loadu_ps(a + i), vb = _mm512_loadu_ps(b + i);
         _mm512_storeu_ps(row + i, round_to16(add ? _mm512_add_ps(va, vb) : _mm512_mul_ps(va, vb), kind));
     }
+#elif defined(__AVX2__)
+    for (; i + 8 <= n; i += 8) {
+        __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);
+        _mm256_storeu_ps(row + i, round_to8(add ? _mm256_add_ps(va, vb) : _mm256_mul_ps(va, vb), kind));
+    }
 #endif
     for (; i < n; i++) row[i] = round_to(add ? a[i] + b[i] : a[i] * b[i], kind);
 }
@@ -211,6 +216,11 @@ static void rms_norm_row(const void *x, const void *w, void *out, int64_t t, int
     for (; i + 16 <= hidden; i += 16) {
         __m512 normed = round_to16(_mm512_mul_ps(_mm512_loadu_ps(row + i), _mm512_set1_ps(r)), kind);
         _mm512_storeu_ps(row + i, round_to16(_mm512_mul_ps(_mm512_loadu_ps(wf + i), normed), kind));
+    }
+#elif defined(__AVX2__)
+    for (; i + 8 <= hidden; i += 8) {
+        __m256 normed = round_to8(_mm256_mul_ps(_mm256_loadu_ps(row + i), _mm256_set1_ps(r)), kind);
+        _mm256_storeu_ps(row + i, round_to8(_mm256_mul_ps(_mm256_loadu_ps(wf + i), normed), kind));
     }
 #endif
     for (; i < hidden; i++) row[i] = round_to(wf[i] * round_to(row[i] * r, kind), kind);
@@ -924,6 +934,13 @@ static inline __m512 silu16(__m512 g) {
     __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
     return _mm512_div_ps(_mm512_mask_mul_ps(g, neg, g, e), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
+#elif defined(HAVE_AVX2_ATTENTION)
+/* silu16 on 8 lanes (exp256: exp512's operations, so the same bits) */
+static inline __m256 silu8(__m256 g) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), g)));
+    const __m256 neg = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
+    return _mm256_div_ps(_mm256_blendv_ps(g, _mm256_mul_ps(g, e), neg), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
 #endif
 
 static void silu_mul_row(const void *gate_up, void *out, int64_t t, int inter, int kind) {
@@ -935,6 +952,11 @@ static void silu_mul_row(const void *gate_up, void *out, int64_t t, int inter, i
     for (; i + 16 <= inter; i += 16) {
         __m512 a = round_to16(silu16(_mm512_loadu_ps(g + i)), kind);
         _mm512_storeu_ps(g + i, round_to16(_mm512_mul_ps(a, _mm512_loadu_ps(u + i)), kind));
+    }
+#elif defined(HAVE_AVX2_ATTENTION)
+    for (; i + 8 <= inter; i += 8) {
+        __m256 a = round_to8(silu8(_mm256_loadu_ps(g + i)), kind);
+        _mm256_storeu_ps(g + i, round_to8(_mm256_mul_ps(a, _mm256_loadu_ps(u + i)), kind));
     }
 #endif
     for (; i < inter; i++) g[i] = round_to(round_to(g[i] / (1.0f + expf(-g[i])), kind) * u[i], kind);
