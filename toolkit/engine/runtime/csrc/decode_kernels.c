@@ -709,25 +709,45 @@ static inline __m256 exp256(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* 8 vectors' sums in the lanes of one: lane j = the sum of a[j]'s 8 lanes */
+static inline __m256 sum8x8(const __m256 a[8]) {
+    const __m256 a0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 a4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    /* a0123: vectors 0-3's sums of their low 4 lanes, then of their high 4 lanes; a4567 likewise */
+    return _mm256_add_ps(_mm256_permute2f128_ps(a0123, a4567, 0x20), _mm256_permute2f128_ps(a0123, a4567, 0x31));
+}
+
 /* attend_group_scalar's work on AVX2 + FMA, head_dim a multiple of 32: the scores by 8-wide FMAs, their exponentials
  * 8 at a time, and the weighted V rows summed in registers (two heads x 32 dims at a time, each V row's slice
  * widened once for both). */
 static void attend_group_avx2(int group, int head_dim, const float qf[group][head_dim], const void *k_cache,
                               const void *v_cache, const int64_t *rows, int64_t ctx, float k_scale, float v_scale,
                               int cache_kind, float *scores, float *out) {
-    float row[head_dim], mx[group], sum[group];
+    float kf[8][head_dim], mx[group], sum[group];
+    const int cb = cache_bytes(cache_kind);
     for (int g = 0; g < group; g++) mx[g] = -INFINITY;
-    for (int64_t t = 0; t < ctx; t++) {
-        load_row(row, k_cache, rows[t], head_dim, cache_kind, k_scale);
+    /* 8 tokens at a time: the 8 tokens' partial sums reduced across the lanes together (sum8x8), where one reduction
+     * per token and head cost as many instructions as its dot products; the K and V rows AHEAD_TOKENS ahead fetched
+     * into L2 meanwhile (as the AVX-512 kernel's own rows). rows[] is padded to 16 by repeating the last row, so a last
+     * tile's extra lanes score that row again: the maximum stands, and only the real lanes are stored. */
+    for (int64_t t0 = 0; t0 < ctx; t0 += 8) {
+        const int live = ctx - t0 < 8 ? (int)(ctx - t0) : 8;
+        for (int j = 0; j < 8; j++) {
+            load_row(kf[j], k_cache, rows[t0 + j], head_dim, cache_kind, k_scale);
+            fetch_row((const char *)k_cache, rows, t0 + j + AHEAD_TOKENS, ctx, head_dim * cb, cb);
+            fetch_row((const char *)v_cache, rows, t0 + j + AHEAD_TOKENS, ctx, head_dim * cb, cb);
+        }
         for (int g = 0; g < group; g++) {
-            __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
-            for (int i = 0; i < head_dim; i += 16) {
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qf[g] + i), _mm256_loadu_ps(row + i), a);
-                b = _mm256_fmadd_ps(_mm256_loadu_ps(qf[g] + i + 8), _mm256_loadu_ps(row + i + 8), b);
+            __m256 a[8];
+            for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+            for (int i = 0; i < head_dim; i += 8) {
+                const __m256 qv = _mm256_loadu_ps(qf[g] + i);
+                for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kf[j] + i), a[j]);
             }
-            const float s = sum8_avx2(_mm256_add_ps(a, b));
-            scores[g * ctx + t] = s;
-            mx[g] = s > mx[g] ? s : mx[g];
+            float s[8];
+            _mm256_storeu_ps(s, sum8x8(a));
+            for (int j = 0; j < 8; j++) mx[g] = s[j] > mx[g] ? s[j] : mx[g];
+            memcpy(scores + g * ctx + t0, s, sizeof(float) * (size_t)live);
         }
     }
     for (int g = 0; g < group; g++) {
