@@ -1766,40 +1766,50 @@ static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, floa
     }
 }
 
-/* One half (8 output rows: half 0 the block's first 8) of a block of 16 weight rows against `rows` activation rows
- * (a constant: the sums stay in registers), the first `valid` of the 8 real. */
-INLINE void int4_lanes_half(const int8_t *xq, const float *xs, const int32_t *x8, const int rows, int K, int group,
-                            const uint8_t *wb, const float *sb, int half, uint16_t *y, int64_t N, int valid) {
+/* `rows` activation rows (a constant: the sums stay in registers) against `halves` (a constant) halves of 8 output rows
+ * of a block of 16 weight rows from half half0: both at once at one or two rows (the block read in one pass, each row's
+ * broadcast bytes serving both vectors), one at a time from three. `valid` of the halves' outputs are real. */
+INLINE void int4_lanes_part(const int8_t *xq, const float *xs, const int32_t *x8, const int rows, const int halves,
+                            int K, int group, const uint8_t *wb, const float *sb, int half0, uint16_t *y, int64_t N,
+                            int valid) {
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const int64_t chunks = K / 128, per_group = group / 128;
     __m256 f[4];
-    for (int m = 0; m < rows; m++) f[m] = _mm256_setzero_ps();
-    const float *sg = sb + 8 * half;
+    for (int i = 0; i < rows * halves; i++) f[i] = _mm256_setzero_ps();
+    const float *sg = sb + 8 * half0;
     for (int64_t c = 0, in_group = 0; c < chunks; c++) {
-        const uint8_t *wc = wb + c * 1024 + 32 * half;
+        const uint8_t *wc = wb + c * 1024 + 32 * half0;
         __m256i a[4];
-        for (int m = 0; m < rows; m++) a[m] = _mm256_set1_epi32(x8[m * chunks + c]);
+        for (int m = 0; m < rows; m++)
+            for (int h = 0; h < halves; h++) a[m * halves + h] = _mm256_set1_epi32(x8[m * chunks + c]);
         for (int d = 0; d < 16; d++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(wc + d * 64));
-            const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            __m256i lo[2], hi[2];
+            for (int h = 0; h < halves; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(wc + d * 64 + 32 * h));
+                lo[h] = _mm256_and_si256(v, low), hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            }
             for (int m = 0; m < rows; m++) {
                 const int8_t *xm = xq + (int64_t)m * K + c * 128 + 4 * d;
                 int32_t x_lo, x_hi;
                 memcpy(&x_lo, xm, 4), memcpy(&x_hi, xm + 64, 4);
-                const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(x_lo)),
-                                                       _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x_hi)));
-                a[m] = _mm256_add_epi32(a[m], _mm256_madd_epi16(pairs, ones));
+                const __m256i bl = _mm256_set1_epi32(x_lo), bh = _mm256_set1_epi32(x_hi);
+                for (int h = 0; h < halves; h++) {
+                    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], bl), _mm256_maddubs_epi16(hi[h], bh));
+                    a[m * halves + h] = _mm256_add_epi32(a[m * halves + h], _mm256_madd_epi16(pairs, ones));
+                }
             }
         }
-        const __m256 sw = _mm256_loadu_ps(sg);
-        if (++in_group == per_group) in_group = 0, sg += 16;
         for (int m = 0; m < rows; m++)
-            f[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[m]), _mm256_mul_ps(sw, _mm256_set1_ps(xs[m * chunks + c])), f[m]);
+            for (int h = 0; h < halves; h++)
+                f[m * halves + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[m * halves + h]),
+                                                    _mm256_mul_ps(_mm256_loadu_ps(sg + 8 * h),
+                                                                  _mm256_set1_ps(xs[m * chunks + c])), f[m * halves + h]);
+        if (++in_group == per_group) in_group = 0, sg += 16;
     }
     for (int m = 0; m < rows; m++) {
-        float out[8];
-        _mm256_storeu_ps(out, f[m]);
-        store_row(y, (int64_t)m * N + 8 * half, out, valid, BF16);
+        float out[16];
+        for (int h = 0; h < halves; h++) _mm256_storeu_ps(out + 8 * h, f[m * halves + h]);
+        store_row(y, (int64_t)m * N + 8 * half0, out, valid, BF16);
     }
 }
 
@@ -1813,13 +1823,18 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
         const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-            for (int half = 0; half < 2 && valid > 8 * half; half++) {
-                const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
-#define A8_HALF(R) int4_lanes_half(xq + m0 * K, xs + m0 * chunks, x8 + m0 * chunks, R, K, group, wb, sb, half, \
-                                   y + m0 * N + 16 * b, N, live)
-                FOR_1_TO_4(rows, A8_HALF)
+#define A8_PART(R, H, HALF, LIVE) int4_lanes_part(xq + m0 * K, xs + m0 * chunks, x8 + m0 * chunks, R, H, K, group, \
+                                                 wb, sb, HALF, y + m0 * N + 16 * b, N, LIVE)
+            if (rows == 1) A8_PART(1, 2, 0, valid);
+            else if (rows == 2) A8_PART(2, 2, 0, valid);
+            else
+                for (int half = 0; half < 2 && valid > 8 * half; half++) {
+                    const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
+#define A8_HALF(R) A8_PART(R, 1, half, live)
+                    FOR_1_TO_4(rows, A8_HALF)
 #undef A8_HALF
-            }
+                }
+#undef A8_PART
         }
     }
 }
@@ -1837,34 +1852,43 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
  * order (native_kernels.pack_int8_a8): quantize_int4_activations stores inputs 32-63 and 64-95 of each 128 swapped.
  * w [N padded to 16, K] int8, scale [N padded] fp32, K a multiple of 128; a row's outputs do not depend on the batch. */
 #define HAVE_GEMM_INT8_A8 1
-INLINE void int8_a8_half(const int8_t *xq, const float *xs, const int rows, int K, const int8_t *wb, const float *sb,
-                         int half, uint16_t *y, int64_t N, int valid) {
+/* `rows` activation rows (a constant) against `halves` (a constant) halves of a block of 16 weight rows from half
+ * half0: both at one or two rows, so that each row's broadcast bytes and their |q| serve the block's two vectors and
+ * the block streams in one pass (a half at a time, each pass reading every line of the block, a batch-1 fp8 step ran
+ * 1.30x as long, 2026-11-28); one at a time from three rows (the accumulators of two would not stay in registers).
+ * `valid` of the halves' outputs are real. */
+INLINE void int8_a8_lanes(const int8_t *xq, const float *xs, const int rows, const int halves, int K, const int8_t *wb,
+                          const float *sb, int half0, uint16_t *y, int64_t N, int valid) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t chunks = K / 128;
     __m256 f[4];
-    for (int m = 0; m < rows; m++) f[m] = _mm256_setzero_ps();
+    for (int i = 0; i < rows * halves; i++) f[i] = _mm256_setzero_ps();
     for (int64_t c = 0; c < chunks; c++) {
-        const int8_t *wc = wb + c * 2048 + 32 * half;
+        const int8_t *wc = wb + c * 2048 + 32 * half0;
         __m256i a[4];
-        for (int m = 0; m < rows; m++) a[m] = _mm256_setzero_si256();
+        for (int i = 0; i < rows * halves; i++) a[i] = _mm256_setzero_si256();
         for (int d = 0; d < 32; d++) {
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(wc + d * 64));
+            __m256i w[2];
+            for (int h = 0; h < halves; h++) w[h] = _mm256_loadu_si256((const __m256i *)(wc + d * 64 + 32 * h));
             for (int m = 0; m < rows; m++) {
                 int32_t xv;
                 memcpy(&xv, xq + (int64_t)m * K + c * 128 + 4 * d, 4);
-                const __m256i q = _mm256_set1_epi32(xv);
-                a[m] = _mm256_add_epi32(a[m], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q),
-                                                                                     _mm256_sign_epi8(w, q)), ones));
+                const __m256i q = _mm256_set1_epi32(xv), size = _mm256_abs_epi8(q);
+                for (int h = 0; h < halves; h++)
+                    a[m * halves + h] = _mm256_add_epi32(a[m * halves + h], _mm256_madd_epi16(
+                                            _mm256_maddubs_epi16(size, _mm256_sign_epi8(w[h], q)), ones));
             }
         }
         for (int m = 0; m < rows; m++)
-            f[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[m]), _mm256_set1_ps(xs[m * chunks + c]), f[m]);
+            for (int h = 0; h < halves; h++)
+                f[m * halves + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[m * halves + h]),
+                                                    _mm256_set1_ps(xs[m * chunks + c]), f[m * halves + h]);
     }
-    const __m256 scale = _mm256_loadu_ps(sb + 8 * half);
     for (int m = 0; m < rows; m++) {
-        float out[8];
-        _mm256_storeu_ps(out, _mm256_mul_ps(f[m], scale));
-        store_row(y, (int64_t)m * N + 8 * half, out, valid, BF16);
+        float out[16];
+        for (int h = 0; h < halves; h++)
+            _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(f[m * halves + h], _mm256_loadu_ps(sb + 8 * (half0 + h))));
+        store_row(y, (int64_t)m * N + 8 * half0, out, valid, BF16);
     }
 }
 
@@ -1876,13 +1900,18 @@ static inline void int8_a8_blocks(const int8_t *xq, const float *xs, int64_t M, 
         const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-            for (int half = 0; half < 2 && valid > 8 * half; half++) {
-                const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
-#define I8_HALF(R) int8_a8_half(xq + m0 * K, xs + m0 * chunks, R, K, w + b * 16 * K, scale + 16 * b, half, \
-                                y + m0 * N + 16 * b, N, live)
-                FOR_1_TO_4(rows, I8_HALF)
+#define I8_LANES(R, H, HALF, LIVE) int8_a8_lanes(xq + m0 * K, xs + m0 * chunks, R, H, K, w + b * 16 * K, \
+                                                 scale + 16 * b, HALF, y + m0 * N + 16 * b, N, LIVE)
+            if (rows == 1) I8_LANES(1, 2, 0, valid);
+            else if (rows == 2) I8_LANES(2, 2, 0, valid);
+            else
+                for (int half = 0; half < 2 && valid > 8 * half; half++) {
+                    const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
+#define I8_HALF(R) I8_LANES(R, 1, half, live)
+                    FOR_1_TO_4(rows, I8_HALF)
 #undef I8_HALF
-            }
+                }
+#undef I8_LANES
         }
     }
 }
@@ -2344,27 +2373,33 @@ void quantize_int8(const void *x, int64_t M, int K, int kind, float input_scale,
     quantize_rows(x, M, K, K, kind, input_scale, 0, (uint8_t *)out);
 }
 
-/* One half (8 output rows) of a block of 16 against `rows` activation rows (a constant), the first `valid` real. */
-INLINE void int8_lanes_half(const uint8_t *xq, const int rows, int kpad, const int8_t *wb, const float *sb,
-                            float input_scale, int half, void *y, int64_t N, int kind, int valid) {
+/* `rows` activation rows (a constant) against `halves` (a constant) halves of a block of 16 weight rows from half
+ * half0, as int8_a8_lanes: both halves at once up to 4 rows (each row's broadcast and |q| serving both vectors, the
+ * block read in one pass), one at a time from 5. `valid` of the halves' outputs are real. */
+INLINE void int8_lanes_part(const uint8_t *xq, const int rows, const int halves, int kpad, const int8_t *wb,
+                            const float *sb, float input_scale, int half0, void *y, int64_t N, int kind, int valid) {
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     __m256i a[8];
-    for (int m = 0; m < rows; m++) a[m] = _mm256_setzero_si256();
+    for (int i = 0; i < rows * halves; i++) a[i] = _mm256_setzero_si256();
     for (int64_t d = 0; d < kpad / 4; d++) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(wb + d * 64 + 32 * half));
+        __m256i w[2];
+        for (int h = 0; h < halves; h++) w[h] = _mm256_loadu_si256((const __m256i *)(wb + d * 64 + 32 * (half0 + h)));
         for (int m = 0; m < rows; m++) {
             int32_t xv;
             memcpy(&xv, xq + (int64_t)m * kpad + 4 * d, 4);
-            const __m256i q = _mm256_xor_si256(_mm256_set1_epi32(xv), flip);
-            a[m] = _mm256_add_epi32(a[m], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q),
-                                                                                 _mm256_sign_epi8(w, q)), ones));
+            const __m256i q = _mm256_xor_si256(_mm256_set1_epi32(xv), flip), size = _mm256_abs_epi8(q);
+            for (int h = 0; h < halves; h++)
+                a[m * halves + h] = _mm256_add_epi32(a[m * halves + h], _mm256_madd_epi16(
+                                        _mm256_maddubs_epi16(size, _mm256_sign_epi8(w[h], q)), ones));
         }
     }
-    const __m256 scale = _mm256_loadu_ps(sb + 8 * half), in = _mm256_set1_ps(input_scale);
+    const __m256 in = _mm256_set1_ps(input_scale);
     for (int m = 0; m < rows; m++) {
-        float v[8];
-        _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a[m]), in), scale));
-        store_row(y, (int64_t)m * N + 8 * half, v, valid, kind);
+        float v[16];
+        for (int h = 0; h < halves; h++)
+            _mm256_storeu_ps(v + 8 * h, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a[m * halves + h]), in),
+                                                      _mm256_loadu_ps(sb + 8 * (half0 + h))));
+        store_row(y, (int64_t)m * N + 8 * half0, v, valid, kind);
     }
 }
 
@@ -2383,13 +2418,19 @@ static inline void int8_vnni_blocks(const uint8_t *xq, int64_t M, int kpad, cons
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
             void *ym = (char *)y + (m0 * N + 16 * b) * act_bytes(kind);
-            for (int half = 0; half < 2 && valid > 8 * half; half++) {
-                const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
-#define INT8_HALF(R) int8_lanes_half(xq + m0 * kpad, R, kpad, w + b * 16 * kpad, scale + 16 * b, input_scale, half, \
-                                     ym, N, kind, live)
-                FOR_1_TO_8(rows, INT8_HALF)
+#define INT8_PART(R, H, HALF, LIVE) int8_lanes_part(xq + m0 * kpad, R, H, kpad, w + b * 16 * kpad, scale + 16 * b, \
+                                                    input_scale, HALF, ym, N, kind, LIVE)
+#define INT8_BOTH(R) INT8_PART(R, 2, 0, valid)
+            if (rows <= 4) { FOR_1_TO_4(rows, INT8_BOTH) }
+            else
+                for (int half = 0; half < 2 && valid > 8 * half; half++) {
+                    const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
+#define INT8_HALF(R) INT8_PART(R, 1, half, live)
+                    FOR_1_TO_8(rows, INT8_HALF)
 #undef INT8_HALF
-            }
+                }
+#undef INT8_BOTH
+#undef INT8_PART
         }
     }
 }
