@@ -522,7 +522,7 @@ def test_fp8_weights_as_int8_on_int8_activations_equal_the_rounded_product_at_ev
     import torch
 
     if not kernels.has_int8_a8:
-        pytest.skip("this build has no AVX2 int8 x int8 kernel for fp8 (AVX512-BF16 runs fp8's own)")
+        pytest.skip("this build has no int8 x int8 kernel for fp8 (VNNI or AVX2)")
     gen = torch.Generator().manual_seed(rows)
     n, k = 90, 768  # not a multiple of 16 rows: the last block padded
     values = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
@@ -619,6 +619,38 @@ def test_int8_sq_weights_of_minus_128_keep_the_widening_kernel_where_the_integer
     q = torch.clamp(torch.round(x.float() / 0.02), -128, 127) * 0.02
     expected = q @ (values.float() * linear.scales_fp32[:, None]).t()
     assert (linear(x).float() - expected).abs().max().item() <= 0.01 * expected.abs().max().item()
+
+
+def test_the_int8_activation_kernels_give_the_same_bits_on_every_build_this_cpu_runs():
+    """gemm_int4_a8 and gemm_int8_a8 (INT4-AWQ, W4A8, fp8 served as int8) exist as AVX-512 VNNI kernels (with AVX512-BF16,
+    or without it: Cascade Lake, Ice Lake) and AVX2 ones; all sum the same integers and round in the same fp32 steps, so
+    a model's outputs do not depend on which of them the CPU picks: held bit for bit on every build this CPU runs."""
+    import torch
+
+    from toolkit.engine.runtime import native_kernels
+
+    flags = native_kernels.cpu_flags()
+    marches = ["native"] + (["x86-64-v3"] if native_kernels.BOTH_BUILDS_FLAGS <= flags else [])
+    marches += ["cascadelake"] if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags else []
+    builds = {march: native_kernels.load(None if march == "native" else march) for march in marches}
+    builds = {march: k for march, k in builds.items() if k is not None and k.has_int4_a8 and k.has_int8_a8}
+    if len(builds) < 2:
+        pytest.skip(f"fewer than two builds with both kernels run on this CPU ({', '.join(builds) or 'none'})")
+    gen = torch.Generator().manual_seed(3)
+    n, k = 90, 768
+    int8_values, int8_scale = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8), torch.rand(n) * 0.01
+    int4_values, int4_scales = torch.randint(-8, 8, (n, k), generator=gen), torch.rand(n, k // 128) * 0.1
+    for rows in (1, 2, 3, 9):
+        x = (torch.randn(rows, k, generator=gen) * 3).to(torch.bfloat16)
+        outputs = {}
+        for march, kernels in builds.items():
+            packed, lane_scale = kernels.pack_int8_a8(int8_values, int8_scale)
+            outputs[march] = (kernels.gemm_int8_a8(x, packed, lane_scale, n, fp8_scale=0.02),
+                              kernels.gemm_int4_a8(x, kernels.pack_int4_lanes(int4_values),
+                                                   kernels.lane_scales(int4_scales), 128, n))
+        first = next(iter(outputs.values()))
+        for march, (int8_out, int4_out) in outputs.items():
+            assert torch.equal(int8_out, first[0]) and torch.equal(int4_out, first[1]), (march, rows)
 
 
 # The ISA levels whose branches of the C kernels differ and that the `kernels` fixture does not build already

@@ -1584,6 +1584,17 @@ INLINE void int4_block(const uint16_t *x, const int rows, const int nb, int K, c
 static inline __mmask16 lanes_live(int live) {
     return live >= 16 ? (__mmask16)0xFFFF : live <= 0 ? (__mmask16)0 : (__mmask16)((1u << live) - 1);
 }
+
+/* The first `live` of v's 16 lanes to bf16 at y (rounded to nearest even). */
+static inline void store_lanes(__m512 v, uint16_t *y, int live) {
+#if defined(__AVX512BF16__)
+    _mm256_mask_storeu_epi16((void *)y, lanes_live(live), (__m256i)_mm512_cvtneps_pbh(v));
+#else  /* VNNI without AVX512-BF16 (Cascade Lake, Ice Lake): the same rounding, lane by lane */
+    float lanes[16];
+    _mm512_storeu_ps(lanes, v);
+    store_row(y, 0, lanes, live < 16 ? live : 16, BF16);
+#endif
+}
 #endif
 
 /* 32 bytes of pack_int4's layout (low nibbles k0 + i, high ones k0 + 32 + i) → 64 bf16 weights q * s, rounded once */
@@ -1626,7 +1637,7 @@ static inline void unpack_64(const uint8_t *bytes, float s, uint16_t *out) {
  * x bf16 [M, K] (fp8_scale > 0: rounded to fp8 at that scale first, W4A8); w pack_int4_lanes' bytes; scales
  * lane_scales' [N / 16][K / group][16] fp32; group a multiple of 128; N padded to 16 in w and scales, y [M, N]
  * the N real rows. */
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define HAVE_GEMM_INT4_A8 1
 
 /* x [K] bf16 → xq [K] int8 in the weights' nibble order (per 128 k: k 0-31 and 64-95 for the low nibbles, then
@@ -1701,8 +1712,63 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
             f[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sw, _mm512_set1_ps(xs[m * chunks + c])), f[m]);
         }
     }
-    for (int m = 0; m < rows; m++)
-        _mm256_mask_storeu_epi16((void *)(y + (int64_t)m * N), lanes_live(valid), (__m256i)_mm512_cvtneps_pbh(f[m]));
+    for (int m = 0; m < rows; m++) store_lanes(f[m], y + (int64_t)m * N, valid);
+}
+
+/* ---- int8 x int8 per 128 on VNNI: fp8 weights where fp8's own kernel cannot run (Cascade Lake, Ice Lake; see the
+ * AVX2 kernel, int8_a8_lanes, for why): the same layout, activations and integers, vpdpbusd taking the weights as
+ * the unsigned operand w ^ 0x80 = w + 128, so each 128's sum starts at -128 sum q = 16 x8 (x8 = -8 sum q); the same
+ * fp32 operations per output as the AVX2 kernel's, so the same bits. One or two rows split each 128 over 4 or 2
+ * chains (one chain waits on each instruction's latency). */
+#define HAVE_GEMM_INT8_A8 1
+INLINE void int8_a8_block(const int8_t *xq, const float *xs, const int32_t *x8, const int rows, int K,
+                          const int8_t *wb, const float *sb, uint16_t *y, int64_t N, int valid) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const int64_t chunks = K / 128;
+    const int chains = rows == 1 ? 4 : rows == 2 ? 2 : 1;
+    __m512 f[8];
+    for (int m = 0; m < rows; m++) f[m] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++) {
+        const int8_t *wc = wb + c * 2048;
+        __m512i a[8];
+        for (int m = 0; m < rows; m++)
+            for (int h = 0; h < chains; h++)
+                a[m * chains + h] = h ? _mm512_setzero_si512() : _mm512_set1_epi32(16 * x8[m * chunks + c]);
+        for (int d0 = 0; d0 < 32; d0 += 4)
+            for (int u = 0; u < 4; u++) {  /* u % chains: a constant once unrolled, so the chains stay in registers */
+                const int d = d0 + u, h = u % chains;
+                prefetch_lanes(wc + d * 64, rows);
+                const __m512i w = _mm512_xor_si512(_mm512_loadu_si512((const void *)(wc + d * 64)), flip);
+                for (int m = 0; m < rows; m++) {
+                    int32_t xv;
+                    memcpy(&xv, xq + (int64_t)m * K + c * 128 + 4 * d, 4);
+                    a[m * chains + h] = _mm512_dpbusd_epi32(a[m * chains + h], w, _mm512_set1_epi32(xv));
+                }
+            }
+        for (int m = 0; m < rows; m++) {
+            __m512i sum = a[m * chains];
+            for (int h = 1; h < chains; h++) sum = _mm512_add_epi32(sum, a[m * chains + h]);
+            f[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(xs[m * chunks + c]), f[m]);
+        }
+    }
+    const __m512 scale = _mm512_loadu_ps(sb);
+    for (int m = 0; m < rows; m++) store_lanes(_mm512_mul_ps(f[m], scale), y + (int64_t)m * N, valid);
+}
+
+/* The output blocks b0 .. b1 - 1 (16 rows each) of gemm_int8_a8 from its quantized activations. */
+static inline void int8_a8_blocks(const int8_t *xq, const float *xs, const int32_t *x8, int64_t M, int K,
+                                  const int8_t *w, const float *scale, int N, uint16_t *y, int64_t b0, int64_t b1) {
+    const int64_t chunks = K / 128, per_pass = rows_per_pass(M, 8);
+    for (int64_t b = b0; b < b1; b++) {
+        const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
+        for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
+            const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
+#define I8_BLOCK(R) int8_a8_block(xq + m0 * K, xs + m0 * chunks, x8 + m0 * chunks, R, K, w + b * 16 * K, \
+                                  scale + 16 * b, y + m0 * N + 16 * b, N, valid)
+            FOR_1_TO_8(rows, I8_BLOCK)
+#undef I8_BLOCK
+        }
+    }
 }
 
 /* The output blocks b0 .. b1 - 1 (16 rows each) of gemm_int4_a8 from its quantized activations. */
@@ -1893,8 +1959,9 @@ INLINE void int8_a8_lanes(const int8_t *xq, const float *xs, const int rows, con
 }
 
 /* The output blocks b0 .. b1 - 1 (16 rows each) of gemm_int8_a8 from its quantized activations. */
-static inline void int8_a8_blocks(const int8_t *xq, const float *xs, int64_t M, int K, const int8_t *w,
-                                  const float *scale, int N, uint16_t *y, int64_t b0, int64_t b1) {
+static inline void int8_a8_blocks(const int8_t *xq, const float *xs, const int32_t *x8, int64_t M, int K,
+                                  const int8_t *w, const float *scale, int N, uint16_t *y, int64_t b0, int64_t b1) {
+    (void)x8;  /* no offset here: the sign trick takes the weights as they are */
     const int64_t chunks = K / 128, per_pass = rows_per_pass(M, 4);
     for (int64_t b = b0; b < b1; b++) {
         const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
@@ -1950,7 +2017,7 @@ void gemm_int8_a8(const uint16_t *x, int64_t M, int K, const int8_t *w, const fl
     const a8_rows_t r = a8_rows(x, M, K, fp8_scale);
     const int64_t blocks = (N + 15) / 16;
     #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++) int8_a8_blocks(r.xq, r.xs, M, K, w, scale, N, y, b, b + 1);
+    for (int64_t b = 0; b < blocks; b++) int8_a8_blocks(r.xq, r.xs, r.x8, M, K, w, scale, N, y, b, b + 1);
     free(r.xs);
 }
 #endif

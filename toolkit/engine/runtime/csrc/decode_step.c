@@ -290,7 +290,7 @@ static void team_compute(const linear_t *l, const void *x, int64_t M, void *y, i
     case LIN_INT8_A8: {
         const a8_rows_t p = a8_prepared(scratch, M, K);
         team_share((N + 15) / 16, t, threads, &u0, &u1);
-        int8_a8_blocks(p.xq, p.xs, M, K, (const int8_t *)l->weight, l->scale, N, (uint16_t *)y, u0, u1);
+        int8_a8_blocks(p.xq, p.xs, p.x8, M, K, (const int8_t *)l->weight, l->scale, N, (uint16_t *)y, u0, u1);
         break;
     }
 #endif
