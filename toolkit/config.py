@@ -123,7 +123,7 @@ class EngineSection(_Section):
     # CPU engine, INT4-AWQ and W4A8: activations (decode rows and prompt chunks) rounded to int8 per 128 inputs for the
     # int4 x int8 VNNI kernel (auto: where the CPU has it; steps at 16 sequences about half as long, TTFT 89 -> 49 ms,
     # perf/README.md), or kept in bf16 as TensorRT-LLM's W4A16 kernels keep them (W4A8's fp8 values exactly; slower).
-    # Also FP8's, where a CPU without AVX512-BF16 serves its weights as int8: the AVX2 int8 x int8 kernel after their
+    # Also FP8's, where a CPU without AVX512-BF16 serves its weights as int8: the int8 x int8 kernel (VNNI or AVX2) after their
     # fp8 rounding (auto), or fp8 values on the widening int8 kernel (bf16; slower, ~0.6x at 8-16 sequences).
     int4_activations: Literal["auto", "int8", "bf16"] = "auto"
 

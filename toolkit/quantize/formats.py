@@ -69,7 +69,7 @@ QFORMATS: dict[str, QuantFormat] = {f.name: f for f in [
                 calibration_needs_cuda=False, trtllm_quant_algo="FP8", trtllm_gemm_plugin="disable",
                 cpu_kernel="fp8",
                 cpu_note="fp8 weights as exported, on the engine's fp8 kernel (bf16 dot products, AVX512-BF16; "
-                         "else re-quantized to int8 per channel, on AVX2 x activations rounded to int8 per 128 "
+                         "else re-quantized to int8 per channel, on VNNI or AVX2 x activations rounded to int8 per 128 "
                          "after their fp8 rounding, engine.int4_activations: bf16 keeps them fp8 values): torch "
                          "2.13's CPU fp8 paths (_scaled_mm, fp8 → bf16 casts) ran at ~0.05 GB/s here (2026-11-23), "
                          "far below memory speed"),

@@ -16,7 +16,7 @@
          into bf16 tiles at every row count; else on the CPU (whose fp8
          GEMM is a slow reference path in torch 2.13) ModelOpt's fp8 bytes as they are, turned into bf16 by a
          shift in the C GEMM (AVX512-BF16 dot products, exact but for fp8 subnormals, which count as zero),
-         prefill widened to bf16; without AVX512-BF16 re-quantized to int8 per channel (stated once): on AVX2
+         prefill widened to bf16; without AVX512-BF16 re-quantized to int8 per channel (stated once): on VNNI or AVX2
          times activations rounded to int8 per 128 after their fp8 rounding (the C int8 x int8 GEMM, every row
          count, as the int4 formats'; int4_activations bf16 keeps them fp8 values), else the widening int8 GEMM
 
@@ -640,7 +640,7 @@ def fp8_as_int8(values, row_scales, dtype, act_quant, input_scale, native=None,
 
 
 def _fp8_int8_activations(native, dtype, in_features: int, int4_activations: str) -> bool:
-    """Whether fp8 weights served as int8 run on the int8 x int8 kernel (gemm_int8_a8: AVX2, bf16 activations,
+    """Whether fp8 weights served as int8 run on the int8 x int8 kernel (gemm_int8_a8: VNNI or AVX2, bf16 activations,
     inputs a multiple of 128), their activations rounded to int8 per 128 after their fp8 rounding: as the int4
     formats' (int4_activations governs both; "bf16" keeps them fp8 values on the widening kernel)."""
     import torch
@@ -651,12 +651,12 @@ def _fp8_int8_activations(native, dtype, in_features: int, int4_activations: str
         return False
     if native is not None and native.has_int8_a8 and dtype == torch.bfloat16 and in_features % 128 == 0:
         _say_once("fp8-int8act", "fp8 weights served as int8: activations, after their fp8 rounding, rounded to int8 "
-                                 "per 128 inputs for the int8 x int8 kernel (AVX2's vpmaddubsw), as the int4 "
+                                 "per 128 inputs for the int8 x int8 kernel (VNNI, or AVX2's vpmaddubsw), as the int4 "
                                  "formats'; int4_activations: bf16 keeps them fp8 values on the widening kernel, "
                                  "slower", logging.INFO)
         return True
     if int4_activations == "int8":
         _say_once("fp8-int8act-missing", "int4_activations int8: fp8 weights served as int8 take int8 activations only "
-                                         "on the AVX2 int8 x int8 kernel with bf16 activations and inputs a multiple "
+                                         "on the int8 x int8 kernel (VNNI or AVX2) with bf16 activations and inputs a multiple "
                                          f"of 128 (here {in_features}): their activations stay fp8 values")
     return False

@@ -272,7 +272,7 @@ class NativeKernels:
             library.gemm_int4_a8.argtypes = [*library.gemm_int4.argtypes, c.c_float]
             library.gemm_int4_a8.restype = None
         library.gemm_int8_a8_available.restype = c.c_int
-        self.has_int8_a8 = bool(library.gemm_int8_a8_available())  # fp8 served as int8 x int8 (AVX2)
+        self.has_int8_a8 = bool(library.gemm_int8_a8_available())  # fp8 served as int8 x int8 (VNNI or AVX2)
         if self.has_int8_a8:
             library.gemm_int8_a8.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p,
                                              c.c_float]
@@ -610,7 +610,7 @@ class NativeKernels:
                                group_size, n, y.data_ptr(), fp8_scale or 0.0)
         return y
 
-    # --- fp8 weights as int8 x int8 per 128 (where has_int8_a8: AVX2; in_features a multiple of 128) ----------
+    # --- fp8 weights as int8 x int8 per 128 (where has_int8_a8: VNNI or AVX2; in_features % 128 == 0) --
 
     @staticmethod
     def pack_int8_a8(values, scale):
