@@ -1832,6 +1832,17 @@ static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, floa
     }
 }
 
+/* PART(R, HALVES, HALF0, LIVE) for `rows` (1-4) activation rows against a block of 16 output rows, `valid` of them
+ * real, as the AVX2 lanes kernels split it: both halves in one pass at one or two rows, half by half from three. */
+#define BLOCK_HALVES(rows, valid, PART)                                             \
+    if ((rows) <= 2) {                                                              \
+        if ((rows) == 1) PART(1, 2, 0, valid); else PART(2, 2, 0, valid);           \
+    } else                                                                          \
+        for (int half = 0; half < 2 && (valid) > 8 * half; half++) {               \
+            const int live = (valid) - 8 * half < 8 ? (valid) - 8 * half : 8;       \
+            if ((rows) == 3) PART(3, 1, half, live); else PART(4, 1, half, live);   \
+        }
+
 /* `rows` activation rows (a constant: the sums stay in registers) against `halves` (a constant) halves of 8 output rows
  * of a block of 16 weight rows from half half0: both at once at one or two rows (the block read in one pass, each row's
  * broadcast bytes serving both vectors), one at a time from three. `valid` of the halves' outputs are real. */
@@ -1891,15 +1902,7 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
 #define A8_PART(R, H, HALF, LIVE) int4_lanes_part(xq + m0 * K, xs + m0 * chunks, x8 + m0 * chunks, R, H, K, group, \
                                                  wb, sb, HALF, y + m0 * N + 16 * b, N, LIVE)
-            if (rows == 1) A8_PART(1, 2, 0, valid);
-            else if (rows == 2) A8_PART(2, 2, 0, valid);
-            else
-                for (int half = 0; half < 2 && valid > 8 * half; half++) {
-                    const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
-#define A8_HALF(R) A8_PART(R, 1, half, live)
-                    FOR_1_TO_4(rows, A8_HALF)
-#undef A8_HALF
-                }
+            BLOCK_HALVES(rows, valid, A8_PART)
 #undef A8_PART
         }
     }
@@ -1969,15 +1972,7 @@ static inline void int8_a8_blocks(const int8_t *xq, const float *xs, const int32
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
 #define I8_LANES(R, H, HALF, LIVE) int8_a8_lanes(xq + m0 * K, xs + m0 * chunks, R, H, K, w + b * 16 * K, \
                                                  scale + 16 * b, HALF, y + m0 * N + 16 * b, N, LIVE)
-            if (rows == 1) I8_LANES(1, 2, 0, valid);
-            else if (rows == 2) I8_LANES(2, 2, 0, valid);
-            else
-                for (int half = 0; half < 2 && valid > 8 * half; half++) {
-                    const int live = valid - 8 * half < 8 ? valid - 8 * half : 8;
-#define I8_HALF(R) I8_LANES(R, 1, half, live)
-                    FOR_1_TO_4(rows, I8_HALF)
-#undef I8_HALF
-                }
+            BLOCK_HALVES(rows, valid, I8_LANES)
 #undef I8_LANES
         }
     }
