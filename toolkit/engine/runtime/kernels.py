@@ -609,12 +609,16 @@ def fp8_linear(weight, row_scales, dtype, act_quant, input_scale, device="cpu", 
     if fp8_kernel == "auto" and on_cpu and Fp8Linear.native_ready(native, dtype, weight):
         return Fp8Linear(weight, row_scales, dtype, act_quant, input_scale, native=native)
     if fp8_kernel == "int8" or (fp8_kernel == "auto" and on_cpu):
+        linear = fp8_as_int8(weight, row_scales, dtype, act_quant, input_scale, native, int4_activations)
         if fp8_kernel == "auto":
             _say_once("fp8-int8", "fp8 weights: the engine's fp8 kernel needs AVX512-BF16, bf16 activations and "
                                   "the C kernels, and torch's fp8 GEMM on CPU is a slow reference path; serving "
-                                  "them as int8 per output channel (re-quantized from the fp8 values) on an int8 "
-                                  "kernel, activations still rounded to fp8")
-        return fp8_as_int8(weight, row_scales, dtype, act_quant, input_scale, native, int4_activations)
+                                  "them as int8 per output channel (re-quantized from the fp8 values), activations "
+                                  "rounded to fp8 as calibrated, " + (
+                                      "then to int8 per 128 inputs for the int8 x int8 kernel (VNNI or AVX2), as the "
+                                      "int4 formats' (engine.int4_activations: bf16 keeps the fp8 values, slower)"
+                                      if linear.int8_activations else "on the widening int8 kernel"))
+        return linear
     if not fp8_scaled_mm_available(str(device)):
         _say_once("fp8", f"fp8: torch._scaled_mm is not available on {device}: fp8 weights are widened to "
                          f"{dtype} inside each GEMM (8-bit weight reads, {dtype} arithmetic)")
@@ -650,10 +654,6 @@ def _fp8_int8_activations(native, dtype, in_features: int, int4_activations: str
     if int4_activations == "bf16":
         return False
     if native is not None and native.has_int8_a8 and dtype == torch.bfloat16 and in_features % 128 == 0:
-        _say_once("fp8-int8act", "fp8 weights served as int8: activations, after their fp8 rounding, rounded to int8 "
-                                 "per 128 inputs for the int8 x int8 kernel (VNNI, or AVX2's vpmaddubsw), as the int4 "
-                                 "formats'; int4_activations: bf16 keeps them fp8 values on the widening kernel, "
-                                 "slower", logging.INFO)
         return True
     if int4_activations == "int8":
         _say_once("fp8-int8act-missing", "int4_activations int8: fp8 weights served as int8 take int8 activations only "
