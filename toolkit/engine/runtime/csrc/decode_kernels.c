@@ -1832,36 +1832,24 @@ static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, floa
     }
 }
 
-/* PART(R, HALVES, HALF0, LIVE) for `rows` (1-4) activation rows against a block of 16 output rows, `valid` of them
- * real, as the AVX2 lanes kernels split it: both halves in one pass at one or two rows, half by half from three. */
-#define BLOCK_HALVES(rows, valid, PART)                                             \
-    if ((rows) <= 2) {                                                              \
-        if ((rows) == 1) PART(1, 2, 0, valid); else PART(2, 2, 0, valid);           \
-    } else                                                                          \
-        for (int half = 0; half < 2 && (valid) > 8 * half; half++) {               \
-            const int live = (valid) - 8 * half < 8 ? (valid) - 8 * half : 8;       \
-            if ((rows) == 3) PART(3, 1, half, live); else PART(4, 1, half, live);   \
-        }
-
-/* `rows` activation rows (a constant: the sums stay in registers) against `halves` (a constant) halves of 8 output rows
- * of a block of 16 weight rows from half half0: both at once at one or two rows (the block read in one pass, each row's
- * broadcast bytes serving both vectors), one at a time from three. `valid` of the halves' outputs are real. */
-INLINE void int4_lanes_part(const int8_t *xq, const float *xs, const int32_t *x8, const int rows, const int halves,
-                            int K, int group, const uint8_t *wb, const float *sb, int half0, uint16_t *y, int64_t N,
-                            int valid) {
+/* `rows` activation rows (a constant: the sums stay in registers) against a block of 16 weight rows, the first `valid`
+ * real: each 64-byte vector is two halves of 8 output rows, taken together so that the block streams in one pass and
+ * each row's broadcast bytes serve both (half by half, each a pass over every line of the block re-broadcasting the
+ * bytes, whole steps of `small` ran 1.15-1.2x as long at 1-4 sequences, 2026-11-28). */
+INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x8, const int rows, int K, int group,
+                             const uint8_t *wb, const float *sb, uint16_t *y, int64_t N, int valid) {
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const int64_t chunks = K / 128, per_group = group / 128;
-    __m256 f[4];
-    for (int i = 0; i < rows * halves; i++) f[i] = _mm256_setzero_ps();
-    const float *sg = sb + 8 * half0;
+    __m256 f[8];  /* [row][half]; touched once per 128 inputs, so spilling them costs little */
+    for (int i = 0; i < 2 * rows; i++) f[i] = _mm256_setzero_ps();
+    const float *sg = sb;
     for (int64_t c = 0, in_group = 0; c < chunks; c++) {
-        const uint8_t *wc = wb + c * 1024 + 32 * half0;
-        __m256i a[4];
-        for (int m = 0; m < rows; m++)
-            for (int h = 0; h < halves; h++) a[m * halves + h] = _mm256_set1_epi32(x8[m * chunks + c]);
+        const uint8_t *wc = wb + c * 1024;
+        __m256i a[8];
+        for (int i = 0; i < 2 * rows; i++) a[i] = _mm256_set1_epi32(x8[i / 2 * chunks + c]);
         for (int d = 0; d < 16; d++) {
             __m256i lo[2], hi[2];
-            for (int h = 0; h < halves; h++) {
+            for (int h = 0; h < 2; h++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(wc + d * 64 + 32 * h));
                 lo[h] = _mm256_and_si256(v, low), hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
             }
@@ -1870,23 +1858,22 @@ INLINE void int4_lanes_part(const int8_t *xq, const float *xs, const int32_t *x8
                 int32_t x_lo, x_hi;
                 memcpy(&x_lo, xm, 4), memcpy(&x_hi, xm + 64, 4);
                 const __m256i bl = _mm256_set1_epi32(x_lo), bh = _mm256_set1_epi32(x_hi);
-                for (int h = 0; h < halves; h++) {
+                for (int h = 0; h < 2; h++) {
                     const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], bl), _mm256_maddubs_epi16(hi[h], bh));
-                    a[m * halves + h] = _mm256_add_epi32(a[m * halves + h], _mm256_madd_epi16(pairs, ones));
+                    a[2 * m + h] = _mm256_add_epi32(a[2 * m + h], _mm256_madd_epi16(pairs, ones));
                 }
             }
         }
-        for (int m = 0; m < rows; m++)
-            for (int h = 0; h < halves; h++)
-                f[m * halves + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[m * halves + h]),
-                                                    _mm256_mul_ps(_mm256_loadu_ps(sg + 8 * h),
-                                                                  _mm256_set1_ps(xs[m * chunks + c])), f[m * halves + h]);
+        for (int i = 0; i < 2 * rows; i++)
+            f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[i]),
+                                   _mm256_mul_ps(_mm256_loadu_ps(sg + 8 * (i % 2)), _mm256_set1_ps(xs[i / 2 * chunks + c])),
+                                   f[i]);
         if (++in_group == per_group) in_group = 0, sg += 16;
     }
     for (int m = 0; m < rows; m++) {
         float out[16];
-        for (int h = 0; h < halves; h++) _mm256_storeu_ps(out + 8 * h, f[m * halves + h]);
-        store_row(y, (int64_t)m * N + 8 * half0, out, valid, BF16);
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(out + 8 * h, f[2 * m + h]);
+        store_row(y, (int64_t)m * N, out, valid, BF16);
     }
 }
 
@@ -1900,10 +1887,10 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
         const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-#define A8_PART(R, H, HALF, LIVE) int4_lanes_part(xq + m0 * K, xs + m0 * chunks, x8 + m0 * chunks, R, H, K, group, \
-                                                 wb, sb, HALF, y + m0 * N + 16 * b, N, LIVE)
-            BLOCK_HALVES(rows, valid, A8_PART)
-#undef A8_PART
+#define A8_LANES(R) int4_lanes_block(xq + m0 * K, xs + m0 * chunks, x8 + m0 * chunks, R, K, group, wb, sb, \
+                                     y + m0 * N + 16 * b, N, valid)
+            FOR_1_TO_4(rows, A8_LANES)
+#undef A8_LANES
         }
     }
 }
@@ -1921,43 +1908,38 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
  * order (native_kernels.pack_int8_a8): quantize_int4_activations stores inputs 32-63 and 64-95 of each 128 swapped.
  * w [N padded to 16, K] int8, scale [N padded] fp32, K a multiple of 128; a row's outputs do not depend on the batch. */
 #define HAVE_GEMM_INT8_A8 1
-/* `rows` activation rows (a constant) against `halves` (a constant) halves of a block of 16 weight rows from half
- * half0: both at one or two rows, so that each row's broadcast bytes and their |q| serve the block's two vectors and
- * the block streams in one pass (a half at a time, each pass reading every line of the block, a batch-1 fp8 step ran
- * 1.30x as long, 2026-11-28); one at a time from three rows (the accumulators of two would not stay in registers).
- * `valid` of the halves' outputs are real. */
-INLINE void int8_a8_lanes(const int8_t *xq, const float *xs, const int rows, const int halves, int K, const int8_t *wb,
-                          const float *sb, int half0, uint16_t *y, int64_t N, int valid) {
+/* `rows` activation rows (a constant) against a block of 16 weight rows, the first `valid` real, both halves of each
+ * vector together as int4_lanes_block's: each row's broadcast bytes and their |q| serve the block's two vectors and
+ * the block streams in one pass (half by half, a batch-1 fp8 step ran 1.30x as long and a 4-sequence one 1.4x). */
+INLINE void int8_a8_block(const int8_t *xq, const float *xs, const int rows, int K, const int8_t *wb, const float *sb,
+                          uint16_t *y, int64_t N, int valid) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t chunks = K / 128;
-    __m256 f[4];
-    for (int i = 0; i < rows * halves; i++) f[i] = _mm256_setzero_ps();
+    __m256 f[8];  /* [row][half] */
+    for (int i = 0; i < 2 * rows; i++) f[i] = _mm256_setzero_ps();
     for (int64_t c = 0; c < chunks; c++) {
-        const int8_t *wc = wb + c * 2048 + 32 * half0;
-        __m256i a[4];
-        for (int i = 0; i < rows * halves; i++) a[i] = _mm256_setzero_si256();
+        const int8_t *wc = wb + c * 2048;
+        __m256i a[8];
+        for (int i = 0; i < 2 * rows; i++) a[i] = _mm256_setzero_si256();
         for (int d = 0; d < 32; d++) {
-            __m256i w[2];
-            for (int h = 0; h < halves; h++) w[h] = _mm256_loadu_si256((const __m256i *)(wc + d * 64 + 32 * h));
+            const __m256i w[2] = {_mm256_loadu_si256((const __m256i *)(wc + d * 64)),
+                                  _mm256_loadu_si256((const __m256i *)(wc + d * 64 + 32))};
             for (int m = 0; m < rows; m++) {
                 int32_t xv;
                 memcpy(&xv, xq + (int64_t)m * K + c * 128 + 4 * d, 4);
                 const __m256i q = _mm256_set1_epi32(xv), size = _mm256_abs_epi8(q);
-                for (int h = 0; h < halves; h++)
-                    a[m * halves + h] = _mm256_add_epi32(a[m * halves + h], _mm256_madd_epi16(
-                                            _mm256_maddubs_epi16(size, _mm256_sign_epi8(w[h], q)), ones));
+                for (int h = 0; h < 2; h++)
+                    a[2 * m + h] = _mm256_add_epi32(a[2 * m + h], _mm256_madd_epi16(
+                                       _mm256_maddubs_epi16(size, _mm256_sign_epi8(w[h], q)), ones));
             }
         }
-        for (int m = 0; m < rows; m++)
-            for (int h = 0; h < halves; h++)
-                f[m * halves + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[m * halves + h]),
-                                                    _mm256_set1_ps(xs[m * chunks + c]), f[m * halves + h]);
+        for (int i = 0; i < 2 * rows; i++)
+            f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[i]), _mm256_set1_ps(xs[i / 2 * chunks + c]), f[i]);
     }
     for (int m = 0; m < rows; m++) {
         float out[16];
-        for (int h = 0; h < halves; h++)
-            _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(f[m * halves + h], _mm256_loadu_ps(sb + 8 * (half0 + h))));
-        store_row(y, (int64_t)m * N + 8 * half0, out, valid, BF16);
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(f[2 * m + h], _mm256_loadu_ps(sb + 8 * h)));
+        store_row(y, (int64_t)m * N, out, valid, BF16);
     }
 }
 
@@ -1970,9 +1952,9 @@ static inline void int8_a8_blocks(const int8_t *xq, const float *xs, const int32
         const int valid = N - 16 * b < 16 ? (int)(N - 16 * b) : 16;
         for (int64_t m0 = 0; m0 < M; m0 += per_pass) {
             const int rows = (int)(M - m0 < per_pass ? M - m0 : per_pass);
-#define I8_LANES(R, H, HALF, LIVE) int8_a8_lanes(xq + m0 * K, xs + m0 * chunks, R, H, K, w + b * 16 * K, \
-                                                 scale + 16 * b, HALF, y + m0 * N + 16 * b, N, LIVE)
-            BLOCK_HALVES(rows, valid, I8_LANES)
+#define I8_LANES(R) int8_a8_block(xq + m0 * K, xs + m0 * chunks, R, K, w + b * 16 * K, scale + 16 * b, \
+                                  y + m0 * N + 16 * b, N, valid)
+            FOR_1_TO_4(rows, I8_LANES)
 #undef I8_LANES
         }
     }
