@@ -343,8 +343,6 @@ def test_fp8_served_as_int8_takes_int8_activations_at_no_cost_in_accuracy(quanti
     formats' (int4_activations: bf16 keeps them fp8 values on the widening kernel). Measured on this tiny model
     (2026-11-28), max |logits - the exact fp8 GEMM's in fp32|: 0.041 / 0.047 with int8 activations, 0.044 / 0.047
     with fp8 values (the int8 re-quantization of the weights and bf16 dominate both): held to 1.15x."""
-    import torch
-
     from toolkit.compile_native import find_compiler
     from toolkit.engine.runtime import native_kernels
     from toolkit.engine.runtime.model_runner import ModelRunner
