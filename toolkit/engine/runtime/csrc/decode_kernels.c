@@ -722,7 +722,7 @@ static inline __m256 sum8x8(const __m256 a[8]) {
  * widened once for both). */
 static void attend_group_avx2(int group, int head_dim, const float qf[group][head_dim], const void *k_cache,
                               const void *v_cache, const int64_t *rows, int64_t ctx, float k_scale, float v_scale,
-                              int cache_kind, float *scores, float *out) {
+                              int cache_kind, float *scores, float *out, next_item_t *plan) {
     float kf[8][head_dim], mx[group], sum[group];
     const int cb = cache_bytes(cache_kind);
     for (int g = 0; g < group; g++) mx[g] = -INFINITY;
@@ -737,6 +737,7 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
             fetch_row((const char *)k_cache, rows, t0 + j + AHEAD_TOKENS, ctx, head_dim * cb, cb);
             fetch_row((const char *)v_cache, rows, t0 + j + AHEAD_TOKENS, ctx, head_dim * cb, cb);
         }
+        if (plan != NULL) fetch_some(plan, FETCH_PER_K_TILE / 2);  /* the next item's lines, as the AVX-512 kernel */
         for (int g = 0; g < group; g++) {
             __m256 a[8];
             for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
@@ -780,6 +781,7 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
                     load_row(slice, v_cache, rows[t] + d0, 32, cache_kind, v_scale);
                     for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(slice + 8 * j);
                 }
+                if (plan != NULL && (t & 1)) fetch_some(plan, 1);
                 const __m256 p0 = _mm256_broadcast_ss(scores + g0 * ctx + t);
                 for (int j = 0; j < 4; j++) acc[j] = _mm256_fmadd_ps(p0, v[j], acc[j]);
                 if (both) {
@@ -799,7 +801,8 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
 /* One kv head's query heads without AVX-512 (q widened and pre-scaled here). */
 static void attend_heads_scalar(const void *q, int act_kind, float softmax_scale, const void *k_cache,
                                 const void *v_cache, const int64_t *rows, int64_t ctx, int group, int head_dim,
-                                float k_scale, float v_scale, int cache_kind, float *scores, float *out) {
+                                float k_scale, float v_scale, int cache_kind, float *scores, float *out,
+                                next_item_t *plan) {
     float qf[group][head_dim];
     for (int g = 0; g < group; g++) {
         load_row(qf[g], q, (int64_t)g * head_dim, head_dim, act_kind, 1.0f);
@@ -808,10 +811,11 @@ static void attend_heads_scalar(const void *q, int act_kind, float softmax_scale
 #if defined(HAVE_AVX2_ATTENTION)
     if (head_dim % 32 == 0) {
         attend_group_avx2(group, head_dim, (const float(*)[head_dim])qf, k_cache, v_cache, rows, ctx, k_scale, v_scale,
-                          cache_kind, scores, out);
+                          cache_kind, scores, out, plan);
         return;
     }
 #endif
+    (void)plan;  /* the scalar loop fetches nothing ahead */
     attend_group_scalar(group, head_dim, (const float(*)[head_dim])qf, k_cache, v_cache, rows, ctx, k_scale, v_scale,
                         cache_kind, scores, out);
 }
@@ -873,6 +877,28 @@ static void attention_item(const attention_work_t *w, int item) {
     int64_t at = ((int64_t)b * heads + (int64_t)kv0 * group) * head_dim;  /* the item's heads are adjacent */
     const char *qg = (const char *)q + at * act_bytes(act_kind);
     context_rows(rows, block_tables + (int64_t)b * max_blocks, ctx, block_size, kv_heads, kv0, head_dim);
+#if defined(__AVX512F__) || defined(HAVE_AVX2_ATTENTION)
+    /* this thread's next item (schedule(static, 1)), fetched while this one is computed; after its last, its first
+     * in the layer whose caches are then_k / then_v */
+    next_item_t plan;  /* not zero-initialised: that wrote its 32 KiB of pointers per item */
+    plan.n = plan.at = 0;
+    const int threads = w->threads, later = item + threads < batch * parts;
+    const int next = later ? item + threads : item % threads;
+#if defined(__AVX512F__)
+    const int plan_next = later || then_k != NULL;
+#else  /* AVX2: the next layer's first item fetched during this layer's last made one sequence of 1024 tokens 3-4 %
+        * slower (perf/ab_steps.py, both orders, 2026-11-28), and nothing faster at 128 */
+    const int plan_next = later;
+#endif
+    if (plan_next)
+        next_item_lines(&plan, later ? k_cache : then_k, later ? v_cache : then_v,
+                        block_tables + (int64_t)(next / parts) * max_blocks, context_lens[next / parts], block_size,
+                        kv_heads, next % parts * per_item, per_item, head_dim, cache_bytes(cache_kind));
+    next_item_t *const next_lines = &plan;
+#else
+    next_item_t *const next_lines = NULL;
+    (void)then_k, (void)then_v, (void)batch;
+#endif
 #ifdef __AVX512F__
     if (head_dim == 64 || head_dim == 128) {
 #if defined(__AVX512BF16__)
@@ -880,24 +906,13 @@ static void attention_item(const attention_work_t *w, int item) {
 #else
         int bf16_dots = 0;
 #endif
-        /* this thread's next item (schedule(static, 1)), fetched while this one is computed; after its last,
-         * its first in the layer whose caches are then_k / then_v */
-        next_item_t plan;  /* not zero-initialised: that wrote its 32 KiB of pointers per item */
-        plan.n = plan.at = 0;
-        const int threads = w->threads, later = item + threads < batch * parts;
-        const int next = later ? item + threads : item % threads;
-        if (later || then_k != NULL)
-            next_item_lines(&plan, later ? k_cache : then_k, later ? v_cache : then_v,
-                            block_tables + (int64_t)(next / parts) * max_blocks, context_lens[next / parts],
-                            block_size, kv_heads, next % parts * per_item, per_item, head_dim,
-                            cache_bytes(cache_kind));
         /* more than 8 heads per kv head: in sub-groups of 8, each reading K/V again */
         for (int g0 = 0; g0 < group; g0 += 8) {
             const char *qs = qg + (int64_t)g0 * head_dim * act_bytes(act_kind);
             float *os = o + g0 * head_dim, *ss = scores + (int64_t)g0 * padded;
 #define ATTEND_NV(G, NV, DOTS)                                                                                  \
     attend_group(qs, act_kind, softmax_scale, k_cache, v_cache, rows, ctx, per_item, group, G, NV, DOTS, k_scale, \
-                 v_scale, cache_kind, ss, os, &plan)
+                 v_scale, cache_kind, ss, os, next_lines)
 #define ATTEND(G)                                                                                  \
     if (head_dim == 64) { if (bf16_dots) ATTEND_NV(G, 4, 1); else ATTEND_NV(G, 4, 0); }           \
     else { if (bf16_dots) ATTEND_NV(G, 8, 1); else ATTEND_NV(G, 8, 0); }
@@ -911,7 +926,7 @@ static void attention_item(const attention_work_t *w, int item) {
             attend_heads_scalar(qg + (int64_t)h * group * head_dim * act_bytes(act_kind), act_kind, softmax_scale,
                                 (const char *)k_cache + h * head_bytes, (const char *)v_cache + h * head_bytes,
                                 rows, ctx, group,
-                                head_dim, k_scale, v_scale, cache_kind, scores, o + h * group * head_dim);
+                                head_dim, k_scale, v_scale, cache_kind, scores, o + h * group * head_dim, next_lines);
     store_row(out, at, o, per_item * group * head_dim, act_kind);
     free(heap);
 }
