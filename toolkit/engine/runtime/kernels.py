@@ -566,6 +566,10 @@ class KernelChoice:
     fp8_kernel: str = "auto"  # see make_linear
     int4_activations: str = "auto"  # see INT4_ACTIVATIONS
 
+    def __post_init__(self):  # one check for the runner's choice, whichever format's linears then read it
+        if self.int4_activations not in INT4_ACTIVATIONS:
+            raise ValueError(f"int4_activations {self.int4_activations!r} is not one of {', '.join(INT4_ACTIVATIONS)}")
+
 
 def make_linear(parts: list[LinearWeights], dtype, device="cpu", choice: KernelChoice = KernelChoice(),
                 native=None) -> Linear:
@@ -649,8 +653,6 @@ def _fp8_int8_activations(native, dtype, in_features: int, int4_activations: str
     formats' (int4_activations governs both; "bf16" keeps them fp8 values on the widening kernel)."""
     import torch
 
-    if int4_activations not in INT4_ACTIVATIONS:
-        raise ValueError(f"int4_activations {int4_activations!r} is not one of {', '.join(INT4_ACTIVATIONS)}")
     if int4_activations == "bf16":
         return False
     if native is not None and native.has_int8_a8 and dtype == torch.bfloat16 and in_features % 128 == 0:

@@ -1102,6 +1102,12 @@ static inline __m256 fp8_steps8(__m256 v, __m256 s) {
 }
 #endif
 
+/* v / scale rounded to nearest even and clamped to int8's range: SmoothQuant's activation level (as a float) */
+static inline float int8_level(float v, float scale) {
+    const float q = nearbyintf(v / scale);
+    return q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q;
+}
+
 /* Activations widened to fp32, and rounded first as ModelOpt calibrated them (static per-tensor scale):
  * act_quant ACT_NONE, ACT_INT8 (SmoothQuant) or ACT_FP8 (e4m3): what fake_quant_activation does in torch. */
 static float *widen_activations(const void *x, int64_t M, int K, int kind, int act_quant, float input_scale) {
@@ -1110,10 +1116,7 @@ static float *widen_activations(const void *x, int64_t M, int K, int kind, int a
         float *row = xf + m * K;
         load_row(row, x, m * K, K, kind, 1.0f);
         if (act_quant == ACT_INT8)
-            for (int k = 0; k < K; k++) {
-                float q = nearbyintf(row[k] / input_scale);
-                row[k] = round_to((q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) * input_scale, kind);
-            }
+            for (int k = 0; k < K; k++) row[k] = round_to(int8_level(row[k], input_scale) * input_scale, kind);
         else if (act_quant == ACT_FP8) {
             int k = 0;
 #ifdef __AVX512F__
@@ -1731,7 +1734,7 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
 }
 
 /* ---- int8 x int8 per 128 on VNNI: fp8 weights where fp8's own kernel cannot run (Cascade Lake, Ice Lake; see the
- * AVX2 kernel, int8_a8_lanes, for why): the same layout, activations and integers, vpdpbusd taking the weights as
+ * AVX2 kernel, int8_a8_block, for why): the same layout, activations and integers, vpdpbusd taking the weights as
  * the unsigned operand w ^ 0x80 = w + 128, so each 128's sum starts at -128 sum q = 16 x8 (x8 = -8 sum q); the same
  * fp32 operations per output as the AVX2 kernel's, so the same bits. One or two rows split each 128 over 4 or 2
  * chains (one chain waits on each instruction's latency). */
@@ -1977,14 +1980,19 @@ static inline void int8_a8_blocks(const int8_t *xq, const float *xs, const int32
 #endif
 
 #if defined(HAVE_GEMM_INT4_A8)
-/* x bf16 [M, K] as the int8-activation kernels take it (quantize_int4_activations): int8 values, each 128's scale and
- * sum, in one allocation (free xs) */
+/* The int8-activation kernels' (int4 x int8, fp8 as int8) activations for M rows of K inputs in `scratch`: the int8
+ * values, then each 128's scale, then each 128's sum (the one-call step prepares them there too). */
 typedef struct { int8_t *xq; float *xs; int32_t *x8; } a8_rows_t;
 
+static a8_rows_t a8_prepared(char *scratch, int64_t M, int64_t K) {
+    float *xs = (float *)(scratch + M * K);
+    return (a8_rows_t){(int8_t *)scratch, xs, (int32_t *)(xs + M * (K / 128))};
+}
+
+/* x bf16 [M, K] as the int8-activation kernels take it (quantize_int4_activations), in one allocation (free xq) */
 static a8_rows_t a8_rows(const uint16_t *x, int64_t M, int K, float fp8_scale) {
     const int64_t chunks = K / 128;
-    float *xs = malloc((size_t)(M * K) + (sizeof(float) + sizeof(int32_t)) * M * chunks);
-    const a8_rows_t r = {(int8_t *)(xs + 2 * M * chunks), xs, (int32_t *)(xs + M * chunks)};
+    const a8_rows_t r = a8_prepared(malloc((size_t)(M * K) + (sizeof(float) + sizeof(int32_t)) * M * chunks), M, K);
     FOR_ROWS(m, M, 4, quantize_int4_activations(x + m * K, K, r.xq + m * K, r.xs + m * chunks, r.x8 + m * chunks,
                                                 fp8_scale));
     return r;
@@ -1996,13 +2004,13 @@ void gemm_int4_a8(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
     const int64_t blocks = (N + 15) / 16;
     #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; b++) int4_a8_blocks(r.xq, r.xs, r.x8, M, K, w, scales, group, N, y, b, b + 1);
-    free(r.xs);
+    free(r.xq);
 }
 
 #endif
 
 #if defined(HAVE_GEMM_INT8_A8)
-/* fp8 weights served as int8 (see int8_a8_half): x bf16 [M, K] rounded to fp8 at fp8_scale (where > 0) and to int8
+/* fp8 weights served as int8 (see int8_a8_block): x bf16 [M, K] rounded to fp8 at fp8_scale (where > 0) and to int8
  * per 128, times pack_int8_a8's weights → y bf16 [M, N] */
 void gemm_int8_a8(const uint16_t *x, int64_t M, int K, const int8_t *w, const float *scale, int N, uint16_t *y,
                   float fp8_scale) {
@@ -2010,7 +2018,7 @@ void gemm_int8_a8(const uint16_t *x, int64_t M, int K, const int8_t *w, const fl
     const int64_t blocks = (N + 15) / 16;
     #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; b++) int8_a8_blocks(r.xq, r.xs, r.x8, M, K, w, scale, N, y, b, b + 1);
-    free(r.xs);
+    free(r.xq);
 }
 #endif
 
@@ -2286,22 +2294,8 @@ static void quantize_row(const void *x, int64_t m, int K, int kpad, int kind, fl
     }
     float tail[16];
     if (k < K) load_row(tail, x, m * K + k, K - k, kind, 1.0f);
-    for (int i = 0; k + i < K; i++) {
-        float q = nearbyintf(tail[i] / input_scale);
-        row[k + i] = (uint8_t)((int)(q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) + offset);
-    }
+    for (int i = 0; k + i < K; i++) row[k + i] = (uint8_t)((int)int8_level(tail[i], input_scale) + offset);
     memset(row + K, 0, (size_t)(kpad - K));
-}
-
-static void quantize_rows(const void *x, int64_t M, int K, int kpad, int kind, float input_scale, int offset,
-                          uint8_t *out) {
-    FOR_ROWS(m, M, 32, quantize_row(x, m, K, kpad, kind, input_scale, offset, out));
-}
-
-/* x [M, K] rounded to int8 at input_scale (as gemm_int8_vnni rounds it): a prompt chunk's input to an int8 x int8
- * GEMM (torch._int_mm), exact in int32 as the decode kernel */
-void quantize_int8(const void *x, int64_t M, int K, int kind, float input_scale, int8_t *out) {
-    quantize_rows(x, M, K, K, kind, input_scale, 0, (uint8_t *)out);
 }
 
 /* Output rows in the vector lanes (native_kernels.pack_int8_lanes): per block of 16 weight rows, K (padded to kpad)
@@ -2360,15 +2354,7 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, const int nbk, i
             for (int h = 1; h < chains; h++) sum = _mm512_add_epi32(sum, a[(m * nbk + j) * chains + h]);
             const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, offset)), in), scale);
             if (kind == F32) _mm512_mask_storeu_ps((float *)y + (int64_t)m * N + 16 * j, keep, v);
-#if defined(__AVX512BF16__)
-            else _mm256_mask_storeu_epi16((uint16_t *)y + (int64_t)m * N + 16 * j, keep, (__m256i)_mm512_cvtneps_pbh(v));
-#else  /* VNNI without AVX512-BF16 (Cascade Lake, Ice Lake): the same rounding, lane by lane */
-            else {
-                float lanes[16];
-                _mm512_storeu_ps(lanes, v);
-                store_row(y, (int64_t)m * N + 16 * j, lanes, valid - 16 * j < 16 ? valid - 16 * j : 16, BF16);
-            }
-#endif
+            else store_lanes(v, (uint16_t *)y + (int64_t)m * N + 16 * j, valid - 16 * j);
         }
     }
 }
@@ -2416,20 +2402,8 @@ static void quantize_row(const void *x, int64_t m, int K, int kpad, int kind, fl
     float v[K];
     uint8_t *row = out + m * kpad;
     load_row(v, x, m * K, K, kind, 1.0f);
-    for (int k = 0; k < K; k++) {
-        const float q = nearbyintf(v[k] / input_scale);
-        row[k] = (uint8_t)((int)(q < -128.0f ? -128.0f : q > 127.0f ? 127.0f : q) + offset);
-    }
+    for (int k = 0; k < K; k++) row[k] = (uint8_t)((int)int8_level(v[k], input_scale) + offset);
     memset(row + K, 0, (size_t)(kpad - K));
-}
-
-static void quantize_rows(const void *x, int64_t M, int K, int kpad, int kind, float input_scale, int offset,
-                          uint8_t *out) {
-    FOR_ROWS(m, M, 32, quantize_row(x, m, K, kpad, kind, input_scale, offset, out));
-}
-
-void quantize_int8(const void *x, int64_t M, int K, int kind, float input_scale, int8_t *out) {
-    quantize_rows(x, M, K, K, kind, input_scale, 0, (uint8_t *)out);
 }
 
 /* `rows` activation rows (a constant, 1-4) against a block of 16 weight rows, the first `valid` real: both halves of
@@ -2487,6 +2461,18 @@ static inline void int8_vnni_blocks(const uint8_t *xq, int64_t M, int kpad, cons
 #endif
 
 #if defined(HAVE_GEMM_INT8_VNNI)
+/* quantize_row (this ISA's) over M rows */
+static void quantize_rows(const void *x, int64_t M, int K, int kpad, int kind, float input_scale, int offset,
+                          uint8_t *out) {
+    FOR_ROWS(m, M, 32, quantize_row(x, m, K, kpad, kind, input_scale, offset, out));
+}
+
+/* x [M, K] rounded to int8 at input_scale (as gemm_int8_vnni rounds it): a prompt chunk's input to an int8 x int8
+ * GEMM (torch._int_mm), exact in int32 as the decode kernel */
+void quantize_int8(const void *x, int64_t M, int K, int kind, float input_scale, int8_t *out) {
+    quantize_rows(x, M, K, K, kind, input_scale, 0, (uint8_t *)out);
+}
+
 /* w: pack_int8_lanes' bytes [N padded to 16, kpad]; scale, weight_sums: padded to 16 likewise (zeros). From 8 rows two
  * blocks side by side (32 outputs), passes of up to 8 rows. */
 void gemm_int8_vnni(const void *x, int64_t M, int K, const int8_t *w, const float *scale, const int32_t *weight_sums,

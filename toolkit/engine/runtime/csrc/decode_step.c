@@ -226,14 +226,6 @@ static int64_t prepared_bytes(int64_t M, int64_t K) {
     return M * (K + 64) * 2 + M * (K / 128 + 1) * 8;
 }
 
-#if defined(HAVE_GEMM_INT4_A8)
-/* Where the int8-activation kernels' prepared activations (int4 x int8, fp8 as int8) for M rows of K inputs lie in
- * `scratch`: the int8 values, then each 128's scale, then each 128's sum. */
-static a8_rows_t a8_prepared(char *scratch, int64_t M, int64_t K) {
-    float *xs = (float *)(scratch + M * K);
-    return (a8_rows_t){(int8_t *)scratch, xs, (int32_t *)(xs + M * (K / 128))};
-}
-#endif
 
 /* Rows r0 .. r1 - 1 of a linear's input x [M, k] made ready for its kernel (team_supported's kinds): smoothed in place
  * and, where the kernel takes prepared activations, prepared into `scratch` as the kernel's own call would (row r at
@@ -346,7 +338,7 @@ static void team_linear(const linear_t *l, void *x, int64_t r0, int64_t r1, int6
 #define ROW_SPLIT_MIN 4
 
 /* A linear team_linear can share out (with bf16 activations): the int4 x int8, INT8-SQ's VNNI, fp8 and bf16 kernels,
- * as they run on an AVX512-BF16 + VNNI CPU (bf16 on AVX2 + FMA too), and fp8 as int8 x int8 (AVX2); not AMX's tiles,
+ * as they run on an AVX512-BF16 + VNNI CPU (bf16 on AVX2 + FMA too), and fp8 as int8 x int8 (VNNI or AVX2); not AMX's tiles,
  * the widening int8 or the bf16-activation int4 kernels. */
 static int team_kind(const linear_t *l) {
     const int kind = l->kind;
