@@ -1054,6 +1054,16 @@ INLINE void prefetch_lanes(const void *at, const int rows) {
     if (rows > 1) prefetch_weights(at, rows <= 2, 0);
 }
 #endif
+#if defined(__AVX2__)
+/* The AVX2 lanes kernels' (int4 x int8, INT8-SQ, fp8 as int8 where VNNI is missing) prefetch: they read each 64-byte
+ * line as two 32-byte halves and spend 12-20 instructions on it at one row (vpmaddubsw, vpmaddwd and the adds that
+ * VNNI's one vpdpbusd does), so the out-of-order window reaches far fewer lines ahead than the VNNI kernels' and the
+ * hardware prefetchers alone fell behind. Into L1, 4 KiB ahead, at every row count: whole INT4-AWQ steps of `small`
+ * (this Zen 4 built as x86-64-v3) 0.93 / 0.91 / 0.95 at 1 / 2 / 4 sequences, 0.90 at 8 (perf/ab_steps.py --slices,
+ * slow state; the builds swapped: the same). */
+#define AVX2_LANES_PREFETCH 4096
+INLINE void prefetch_lanes_avx2(const void *at) { _mm_prefetch((const char *)at + AVX2_LANES_PREFETCH, _MM_HINT_T0); }
+#endif
 /* Tile loops run over `rows` accumulators, `rows` made a constant by FOR_1_TO_8. */
 
 /* x rounded to float8_e4m3fn (round to nearest even, as torch's cast; |x| already <= 448). */
@@ -1866,6 +1876,7 @@ INLINE void int4_lanes_block(const int8_t *xq, const float *xs, const int32_t *x
         __m256i a[8];
         for (int i = 0; i < 2 * rows; i++) a[i] = _mm256_set1_epi32(x8[i / 2 * chunks + c]);
         for (int d = 0; d < 16; d++) {
+            prefetch_lanes_avx2(wc + d * 64);
             __m256i lo[2], hi[2];
             for (int h = 0; h < 2; h++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(wc + d * 64 + 32 * h));
@@ -1940,6 +1951,7 @@ INLINE void int8_a8_block(const int8_t *xq, const float *xs, const int rows, int
         __m256i a[8];
         for (int i = 0; i < 2 * rows; i++) a[i] = _mm256_setzero_si256();
         for (int d = 0; d < 32; d++) {
+            prefetch_lanes_avx2(wc + d * 64);
             const __m256i w[2] = {_mm256_loadu_si256((const __m256i *)(wc + d * 64)),
                                   _mm256_loadu_si256((const __m256i *)(wc + d * 64 + 32))};
             for (int m = 0; m < rows; m++) {
@@ -2415,6 +2427,7 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, int kpad, const 
     __m256i a[8];  /* [row][half] */
     for (int i = 0; i < 2 * rows; i++) a[i] = _mm256_setzero_si256();
     for (int64_t d = 0; d < kpad / 4; d++) {
+        prefetch_lanes_avx2(wb + d * 64);
         const __m256i w[2] = {_mm256_loadu_si256((const __m256i *)(wb + d * 64)),
                               _mm256_loadu_si256((const __m256i *)(wb + d * 64 + 32))};
         for (int m = 0; m < rows; m++) {
