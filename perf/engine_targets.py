@@ -75,27 +75,36 @@ def _floor(rows: dict, paired_formats: dict) -> Verdict:
     return Verdict(target, max(ratios) <= WITHIN, figures)
 
 
+def _judged(target: str, labelled: list[tuple[str, dict]], off, show, missing: str) -> Verdict:
+    """A per-cell target over the labelled sets of (format, batch) cells, each summarised as "label N of M cells,
+    low-high (off: ...)", judged on the last set the run has: the like-for-like comparison (the first set, as probed
+    at the run's start, is the one every run has)."""
+    present = [(label, cells) for label, cells in labelled if cells]
+    if not labelled[0][1]:
+        return Verdict(target, None, missing)
+
+    def summary(label: str, cells: dict) -> str:
+        outside = [f"{q} at {b} {show(v)}" for (q, b), v in cells.items() if off(v)]
+        return (f"{label + ' ' if label else ''}{len(cells) - len(outside)} of {len(cells)} cells, "
+                f"{show(min(cells.values()))}..{show(max(cells.values()))}"
+                + (f" (off: {', '.join(outside)})" if outside else ""))
+
+    judged = present[-1][1]
+    return Verdict(target, not any(off(v) for v in judged.values()),
+                   "; ".join(summary(label, cells) for label, cells in present))
+
+
 def _roofline(rows: dict) -> Verdict:
     """Each step over its roofline: the best run over the roofline on the run's probe; and, where the run has it, each
     run over the roofline on the probe taken right after it, the median over a batch's runs, which is judged (the
     roofline in one memory state does not bound a step run in the other)."""
-    target = f"every step within {WITHIN}x its roofline"
     plain = {(q, b): itl / _by_batch(r["roofline_ms"])[b] for q, r in rows.items()
              for b, itl in _by_batch(r["itl_ms"]).items()}
     paired = {(q, b): v for q, r in rows.items() for b, v in _by_batch(r.get("roofline_paired_ratio") or {}).items()}
-    if not plain:
-        return Verdict(target, None, "no steps")
-
-    def summary(cells: dict, label: str) -> str:
-        over = [f"{q} at {b} {v:.2f}" for (q, b), v in cells.items() if v > WITHIN]
-        return (f"{label}{len(cells) - len(over)} of {len(cells)} cells, {min(cells.values()):.2f}-"
-                f"{max(cells.values()):.2f}" + (f"; over: {', '.join(over)}" if over else ""))
-
-    cells = paired or plain
-    figures = summary(plain, "as probed: " if paired else "")
-    if paired:
-        figures += "; " + summary(paired, "each run against the roofline probed right after it (the median over runs): ")
-    return Verdict(target, all(v <= WITHIN for v in cells.values()), figures)
+    return _judged(f"every step within {WITHIN}x its roofline",
+                   [("as probed:" if paired else "", plain),
+                    ("each run against the roofline probed right after it (the median over runs):", paired)],
+                   off=lambda v: v > WITHIN, show=lambda v: f"{v:.2f}", missing="no steps")
 
 
 def _planner(rows: dict) -> Verdict:
@@ -103,28 +112,17 @@ def _planner(rows: dict) -> Verdict:
     it, with its probe moved to (or taken again in) the memory state right after each column's best run; judged, where
     the run has it, on each run against the planner probed right after it, the median error over a batch's runs (the
     best run is the luckiest moment of a VM whose memory flips, and may flip before the probe after it)."""
-    target = f"the planner within +-{PLANNER_ERROR:.0%} of the measured ITL at every batch"
 
     def errors(key: str) -> dict:
         return {(q, b): _by_batch(r[key])[b] / itl - 1 for q, r in rows.items() if key in r
                 for b, itl in _by_batch(r["itl_ms"]).items()}
 
-    def summary(cells: dict, label: str) -> str:
-        off = [f"{q} at {b} {e:+.0%}" for (q, b), e in cells.items() if abs(e) > PLANNER_ERROR]
-        return (f"{label} {len(cells) - len(off)} of {len(cells)} cells" + (f" (off: {', '.join(off)})" if off else ""))
-
-    plain, own_state = errors("planner_ms"), errors("planner_at_read_ms")
     paired = {(q, b): e for q, r in rows.items() for b, e in _by_batch(r.get("planner_paired_error") or {}).items()}
-    if not plain:
-        return Verdict(target, None, "no planner figures")
-    cells = paired or own_state or plain  # the like-for-like comparison where the run has it
-    met = all(abs(e) <= PLANNER_ERROR for e in cells.values())
-    figures = summary(plain, "as probed:")
-    if own_state:
-        figures += "; " + summary(own_state, "in each column's own memory state:")
-    if paired:
-        figures += "; " + summary(paired, "each run against the planner probed right after it (the median over runs):")
-    return Verdict(target, met, figures)
+    return _judged(f"the planner within +-{PLANNER_ERROR:.0%} of the measured ITL at every batch",
+                   [("as probed:", errors("planner_ms")),
+                    ("in each column's own memory state:", errors("planner_at_read_ms")),
+                    ("each run against the planner probed right after it (the median over runs):", paired)],
+                   off=lambda e: abs(e) > PLANNER_ERROR, show=lambda e: f"{e:+.0%}", missing="no planner figures")
 
 
 def growth_cell(growth: dict) -> str:
