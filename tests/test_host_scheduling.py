@@ -100,15 +100,14 @@ def test_the_sweep_stage_looks_at_the_server_toolkit_serve_started(tmp_path, use
     """What `toolkit sweep` records and warns about: the server in the state file `toolkit serve` wrote; nothing for
     sweep.url's server, which may be on another host."""
     from e2e_helpers import tiny_deployment
-    from toolkit.pipeline import _client_server_autogroups
+    from toolkit.pipeline import _client_server_autogroups, target_for
     from toolkit.serve.server import ServerHandle
 
     use_proc(fake_proc(tmp_path / "proc", {os.getpid(): "/autogroup-12 nice 0\n",
                                            SERVER_PID: "/autogroup-97 nice 0\n"}))
     config, layout = tiny_deployment(tmp_path, tmp_path / "no-model")
-    assert _client_server_autogroups(config, layout) is None  # no server started
     layout.server_state_file.parent.mkdir(parents=True, exist_ok=True)
     ServerHandle(SERVER_PID, "127.0.0.1", 1, 2, 3, "log", "repo").save(layout.server_state_file)
-    assert _client_server_autogroups(config, layout) == {"client": "/autogroup-12", "server": "/autogroup-97"}
+    assert _client_server_autogroups(target_for(config, layout)) == {"client": "/autogroup-12", "server": "/autogroup-97"}
     remote, remote_layout = tiny_deployment(tmp_path, tmp_path / "no-model", sweep={"url": "127.0.0.1:8001"})
-    assert _client_server_autogroups(remote, remote_layout) is None
+    assert _client_server_autogroups(target_for(remote, remote_layout)) is None  # the state file is still there

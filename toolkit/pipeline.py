@@ -91,7 +91,8 @@ def target_for(config: DeploymentConfig, layout: ArtifactLayout):
         return Target(grpc_url=None, http_url=url.rstrip("/"), ready_url=ready)
     handle = ServerHandle.load(layout.server_state_file)
     http = handle.openai_url if config.sweep.endpoint.startswith("openai") else handle.http_url
-    return Target(handle.grpc_url, http, handle.metrics_url, ready_url=f"{handle.http_url}/v2/health/ready")
+    return Target(handle.grpc_url, http, handle.metrics_url, ready_url=f"{handle.http_url}/v2/health/ready",
+                  server_pid=handle.pid)
 
 
 def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokenizer_dir: str | None = None,
@@ -109,7 +110,7 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
             "endpoint": config.sweep.endpoint, "sweep": config.sweep.model_dump(), "engine": config.engine.model_dump(),
             "plan": {"gpu": config.plan.gpu}, "label": label, **(extra_info or {})}
     info.update(served_engine_info(config, layout))
-    split = _client_server_autogroups(config, layout)
+    split = _client_server_autogroups(target)
     if split:
         info["host_scheduling"] = split
         from toolkit.serve.server import AUTOGROUP_FIX, client_in_another_session
@@ -138,13 +139,11 @@ def sweep(config: DeploymentConfig, layout: ArtifactLayout, target=None, tokeniz
     return run_dir
 
 
-def _client_server_autogroups(config: DeploymentConfig, layout: ArtifactLayout) -> dict | None:
-    """separate_autogroups for the server `toolkit serve` started (not for sweep.url's, which may be remote)."""
-    from toolkit.serve.server import ServerHandle, separate_autogroups
+def _client_server_autogroups(target) -> dict | None:
+    """separate_autogroups for a server `toolkit serve` started here (not for sweep.url's, which may be remote)."""
+    from toolkit.serve.server import separate_autogroups
 
-    if config.sweep.url or not layout.server_state_file.is_file():
-        return None
-    return separate_autogroups(ServerHandle.load(layout.server_state_file).pid)
+    return separate_autogroups(target.server_pid) if target.server_pid else None
 
 
 def write_run_plan(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Path) -> None:

@@ -38,6 +38,7 @@ class Target:
     http_url: str | None
     metrics_url: str | None = None
     ready_url: str | None = None
+    server_pid: int | None = None  # a server on this host that `toolkit serve` started: its scheduling is checked
 
     def url_for(self, endpoint: str) -> str:
         url = self.grpc_url if endpoint == "triton-grpc" else self.http_url
