@@ -717,13 +717,47 @@ static inline __m256 sum8x8(const __m256 a[8]) {
     return _mm256_add_ps(_mm256_permute2f128_ps(a0123, a4567, 0x20), _mm256_permute2f128_ps(a0123, a4567, 0x31));
 }
 
+/* One sweep of attend_group_avx2's V pass: dims d0 .. d0 + 31 of query heads g0 .. g0 + heads - 1 (heads 1 or 2, a
+ * constant once inlined: with it a runtime flag, GCC kept the accumulators on the stack, each token's FMAs waiting on
+ * the last one's store, half of the kernel's time in cache), the weighted V rows summed over the context in registers,
+ * each row's slice widened once for both heads. */
+INLINE void v_sweep_avx2(const int heads, int head_dim, const void *v_cache, const int64_t *rows, int64_t ctx,
+                         float v_scale, int cache_kind, const float *scores, const float *sum, float *out,
+                         next_item_t *plan, int d0, int g0) {
+    __m256 acc[8];
+    float slice[32];
+    for (int j = 0; j < 4 * heads; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < ctx; t++) {
+        __m256 v[4];
+        if (cache_kind == BF16) {
+            const uint16_t *src = (const uint16_t *)v_cache + rows[t] + d0;
+            for (int j = 0; j < 4; j++)
+                v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(
+                    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 8 * j))), 16));
+        } else {
+            load_row(slice, v_cache, rows[t] + d0, 32, cache_kind, v_scale);
+            for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(slice + 8 * j);
+        }
+        if (plan != NULL && (t & 1)) fetch_some(plan, 1);
+        for (int h = 0; h < heads; h++) {
+            const __m256 p = _mm256_broadcast_ss(scores + (g0 + h) * ctx + t);
+            for (int j = 0; j < 4; j++) acc[4 * h + j] = _mm256_fmadd_ps(p, v[j], acc[4 * h + j]);
+        }
+    }
+    for (int h = 0; h < heads; h++) {
+        const __m256 inv = _mm256_set1_ps(1.0f / sum[g0 + h]);
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_ps(out + (g0 + h) * head_dim + d0 + 8 * j, _mm256_mul_ps(acc[4 * h + j], inv));
+    }
+}
+
 /* attend_group_scalar's work on AVX2 + FMA, head_dim a multiple of 32: the scores by 8-wide FMAs, their exponentials
  * 8 at a time, and the weighted V rows summed in registers (two heads x 32 dims at a time, each V row's slice
  * widened once for both). */
 static void attend_group_avx2(int group, int head_dim, const float qf[group][head_dim], const void *k_cache,
                               const void *v_cache, const int64_t *rows, int64_t ctx, float k_scale, float v_scale,
                               int cache_kind, float *scores, float *out, next_item_t *plan) {
-    float kf[8][head_dim], mx[group], sum[group];
+    float kt[head_dim / 8][8][8], row[head_dim], mx[group], sum[group];  /* kt: a tile's K, [8 dims][token][dim] */
     const int cb = cache_bytes(cache_kind);
     for (int g = 0; g < group; g++) mx[g] = -INFINITY;
     /* 8 tokens at a time: the 8 tokens' partial sums reduced across the lanes together (sum8x8), where one reduction
@@ -732,8 +766,16 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
      * tile's extra lanes score that row again: the maximum stands, and only the real lanes are stored. */
     for (int64_t t0 = 0; t0 < ctx; t0 += 8) {
         const int live = ctx - t0 < 8 ? (int)(ctx - t0) : 8;
-        for (int j = 0; j < 8; j++) {
-            load_row(kf[j], k_cache, rows[t0 + j], head_dim, cache_kind, k_scale);
+        for (int j = 0; j < 8; j++) {  /* each row's 8 dims at a time beside the other tokens' (one base address below) */
+            if (cache_kind == BF16) {
+                const uint16_t *src = (const uint16_t *)k_cache + rows[t0 + j];
+                for (int c = 0; c < head_dim / 8; c++)
+                    _mm256_storeu_ps(kt[c][j], _mm256_castsi256_ps(_mm256_slli_epi32(
+                                                   _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 8 * c))), 16)));
+            } else {
+                load_row(row, k_cache, rows[t0 + j], head_dim, cache_kind, k_scale);
+                for (int c = 0; c < head_dim / 8; c++) memcpy(kt[c][j], row + 8 * c, sizeof(kt[c][j]));
+            }
             fetch_row((const char *)k_cache, rows, t0 + j + AHEAD_TOKENS, ctx, head_dim * cb, cb);
             fetch_row((const char *)v_cache, rows, t0 + j + AHEAD_TOKENS, ctx, head_dim * cb, cb);
         }
@@ -741,9 +783,9 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
         for (int g = 0; g < group; g++) {
             __m256 a[8];
             for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
-            for (int i = 0; i < head_dim; i += 8) {
-                const __m256 qv = _mm256_loadu_ps(qf[g] + i);
-                for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kf[j] + i), a[j]);
+            for (int c = 0; c < head_dim / 8; c++) {
+                const __m256 qv = _mm256_loadu_ps(qf[g] + 8 * c);
+                for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kt[c][j]), a[j]);
             }
             float s[8];
             _mm256_storeu_ps(s, sum8x8(a));
@@ -764,36 +806,10 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
         sum[g] = sum8_avx2(total);
         for (; t < ctx; t++) sum[g] += sg[t] = expf(sg[t] - mx[g]);
     }
-    float slice[32];
     for (int d0 = 0; d0 < head_dim; d0 += 32)
         for (int g0 = 0; g0 < group; g0 += 2) {
-            const int both = g0 + 1 < group;
-            __m256 acc[8];
-            for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
-            for (int64_t t = 0; t < ctx; t++) {
-                __m256 v[4];
-                if (cache_kind == BF16) {
-                    const uint16_t *src = (const uint16_t *)v_cache + rows[t] + d0;
-                    for (int j = 0; j < 4; j++)
-                        v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(
-                            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 8 * j))), 16));
-                } else {
-                    load_row(slice, v_cache, rows[t] + d0, 32, cache_kind, v_scale);
-                    for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(slice + 8 * j);
-                }
-                if (plan != NULL && (t & 1)) fetch_some(plan, 1);
-                const __m256 p0 = _mm256_broadcast_ss(scores + g0 * ctx + t);
-                for (int j = 0; j < 4; j++) acc[j] = _mm256_fmadd_ps(p0, v[j], acc[j]);
-                if (both) {
-                    const __m256 p1 = _mm256_broadcast_ss(scores + (g0 + 1) * ctx + t);
-                    for (int j = 0; j < 4; j++) acc[4 + j] = _mm256_fmadd_ps(p1, v[j], acc[4 + j]);
-                }
-            }
-            for (int h = 0; h <= both; h++) {
-                const __m256 inv = _mm256_set1_ps(1.0f / sum[g0 + h]);
-                for (int j = 0; j < 4; j++)
-                    _mm256_storeu_ps(out + (g0 + h) * head_dim + d0 + 8 * j, _mm256_mul_ps(acc[4 * h + j], inv));
-            }
+            if (g0 + 1 < group) v_sweep_avx2(2, head_dim, v_cache, rows, ctx, v_scale, cache_kind, scores, sum, out, plan, d0, g0);
+            else v_sweep_avx2(1, head_dim, v_cache, rows, ctx, v_scale, cache_kind, scores, sum, out, plan, d0, g0);
         }
 }
 #endif
