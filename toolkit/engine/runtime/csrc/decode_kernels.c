@@ -1079,6 +1079,17 @@ INLINE void prefetch_lanes(const void *at, const int rows) {
  * slow state; the builds swapped: the same). */
 #define AVX2_LANES_PREFETCH 4096
 INLINE void prefetch_lanes_avx2(const void *at) { _mm_prefetch((const char *)at + AVX2_LANES_PREFETCH, _MM_HINT_T0); }
+
+/* The AVX2 int8 x int8 step of INT8-SQ's and fp8-as-int8's lanes kernels: a[0], a[1] (the two halves' 8 rows) plus
+ * the products of one 64-byte line w of a block (4 weights of each of 16 rows) with the 4 broadcast activation bytes
+ * q, summed by 4 into 32 bits. vpmaddubsw takes |q| (unsigned) against the weights carrying q's sign (vpsignb: the
+ * weights must avoid -128, whose sign does not flip in 8 bits), its pairs at most 2 x 128 x 127 in 16 bits, and
+ * vpmaddwd against ones adds the pairs: the exact integer VNNI's vpdpbusd gives. */
+INLINE void signed_products(const __m256i w[2], const __m256i q, __m256i a[2]) {
+    const __m256i size = _mm256_abs_epi8(q), ones = _mm256_set1_epi16(1);
+    for (int h = 0; h < 2; h++)
+        a[h] = _mm256_add_epi32(a[h], _mm256_madd_epi16(_mm256_maddubs_epi16(size, _mm256_sign_epi8(w[h], q)), ones));
+}
 #endif
 /* Tile loops run over `rows` accumulators, `rows` made a constant by FOR_1_TO_8. */
 
@@ -1176,12 +1187,12 @@ void round_activations(const void *x, int64_t M, int K, int kind, int act_quant,
     FOR_ROWS(m, M, 5, round_activations_row(x, m, K, kind, act_quant, input_scale, out));
 }
 
+#if defined(__AVX512BF16__)  /* fp8's own kernels' (gemm_fp8, AMX): built where they are */
 static void shifted_activations_row(const uint16_t *x, int64_t m, int K, int act_quant, float input_scale,
                                     float shift, uint16_t *xs) {
     const uint16_t *row = x + m * K;
     uint16_t *out = xs + m * K;
     int k = 0;
-#if defined(__AVX512BF16__)
     if (act_quant == ACT_FP8) {
         const __m512 s = _mm512_set1_ps(input_scale), out_scale = _mm512_set1_ps(input_scale * shift);
         for (; k + 16 <= K; k += 16) {
@@ -1190,7 +1201,6 @@ static void shifted_activations_row(const uint16_t *x, int64_t m, int K, int act
             _mm256_storeu_si256((__m256i *)(out + k), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(fp8_steps16(v, s), out_scale)));
         }
     }
-#endif
     if (k < K) { /* the rest of the row (or all of it, other roundings): as widen_activations */
         float *rest = widen_activations(row + k, 1, K - k, BF16, act_quant, input_scale);
         for (int i = 0; i < K - k; i++) rest[i] *= shift;
@@ -1208,6 +1218,7 @@ static void shifted_activations(const uint16_t *x, int64_t M, int K, int act_qua
                                 uint16_t *xs) {
     FOR_ROWS(m, M, 4, shifted_activations_row(x, m, K, act_quant, input_scale, shift, xs));
 }
+#endif
 
 void widen_int8(const int8_t *w, const float *scale, int N, int K, uint16_t *out) {
     #pragma omp parallel for schedule(static)
@@ -1958,7 +1969,6 @@ static inline void int4_a8_blocks(const int8_t *xq, const float *xs, const int32
  * the block streams in one pass (half by half, a batch-1 fp8 step ran 1.30x as long and a 4-sequence one 1.4x). */
 INLINE void int8_a8_block(const int8_t *xq, const float *xs, const int rows, int K, const int8_t *wb, const float *sb,
                           uint16_t *y, int64_t N, int valid) {
-    const __m256i ones = _mm256_set1_epi16(1);
     const int64_t chunks = K / 128;
     __m256 f[8];  /* [row][half] */
     for (int i = 0; i < 2 * rows; i++) f[i] = _mm256_setzero_ps();
@@ -1973,10 +1983,7 @@ INLINE void int8_a8_block(const int8_t *xq, const float *xs, const int rows, int
             for (int m = 0; m < rows; m++) {
                 int32_t xv;
                 memcpy(&xv, xq + (int64_t)m * K + c * 128 + 4 * d, 4);
-                const __m256i q = _mm256_set1_epi32(xv), size = _mm256_abs_epi8(q);
-                for (int h = 0; h < 2; h++)
-                    a[2 * m + h] = _mm256_add_epi32(a[2 * m + h], _mm256_madd_epi16(
-                                       _mm256_maddubs_epi16(size, _mm256_sign_epi8(w[h], q)), ones));
+                signed_products(w, _mm256_set1_epi32(xv), a + 2 * m);
             }
         }
         for (int i = 0; i < 2 * rows; i++)
@@ -2439,7 +2446,7 @@ static void quantize_row(const void *x, int64_t m, int K, int kpad, int kind, fl
  * passes of up to 8 rows, whole INT8-SQ steps of `small` ran 1.2-1.4x as long at 1-4 sequences and 1.1x at 8-16). */
 INLINE void int8_lanes_block(const uint8_t *xq, const int rows, int kpad, const int8_t *wb, const float *sb,
                              float input_scale, void *y, int64_t N, int kind, int valid) {
-    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
     __m256i a[8];  /* [row][half] */
     for (int i = 0; i < 2 * rows; i++) a[i] = _mm256_setzero_si256();
     for (int64_t d = 0; d < kpad / 4; d++) {
@@ -2449,10 +2456,7 @@ INLINE void int8_lanes_block(const uint8_t *xq, const int rows, int kpad, const 
         for (int m = 0; m < rows; m++) {
             int32_t xv;
             memcpy(&xv, xq + (int64_t)m * kpad + 4 * d, 4);
-            const __m256i q = _mm256_xor_si256(_mm256_set1_epi32(xv), flip), size = _mm256_abs_epi8(q);
-            for (int h = 0; h < 2; h++)
-                a[2 * m + h] = _mm256_add_epi32(a[2 * m + h], _mm256_madd_epi16(
-                                   _mm256_maddubs_epi16(size, _mm256_sign_epi8(w[h], q)), ones));
+            signed_products(w, _mm256_xor_si256(_mm256_set1_epi32(xv), flip), a + 2 * m);
         }
     }
     const __m256 in = _mm256_set1_ps(input_scale);
