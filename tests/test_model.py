@@ -31,6 +31,38 @@ def test_tokenizer_loads_with_portable_class(tiny_model_dir):
     assert tok.decode(ids) == "Prefill reads the prompt."
 
 
+def test_load_tokenizer_takes_the_named_fast_class_directly_and_autotokenizer_otherwise(tiny_model_dir, tmp_path):
+    """load_tokenizer skips AutoTokenizer's model-config import where tokenizer_config.json names
+    PreTrainedTokenizerFast: the same class and the same ids, special tokens and decoding as AutoTokenizer's."""
+    import shutil
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from toolkit.model.tokenizer import load_tokenizer
+
+    texts = ["Prefill reads the prompt.", "  spaces, ünïcödé and 你好 ", "<s> special </s> <pad>"]
+    reference = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+    def same_as_reference(tok):
+        assert type(tok) is type(reference)
+        assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (
+            reference.bos_token_id, reference.eos_token_id, reference.pad_token_id)
+        for text in texts:
+            ids = tok(text).input_ids
+            assert ids == reference(text).input_ids
+            assert tok.decode(ids, skip_special_tokens=True) == reference.decode(ids, skip_special_tokens=True)
+
+    direct = load_tokenizer(tiny_model_dir)
+    assert isinstance(direct, PreTrainedTokenizerFast)
+    same_as_reference(direct)
+    unnamed = tmp_path / "unnamed"  # no tokenizer_class: AutoTokenizer resolves it from the model's config
+    shutil.copytree(tiny_model_dir, unnamed)
+    cfg = json.loads((unnamed / "tokenizer_config.json").read_text())
+    del cfg["tokenizer_class"]
+    (unnamed / "tokenizer_config.json").write_text(json.dumps(cfg))
+    same_as_reference(load_tokenizer(unnamed))
+
+
 def test_known_models_counted_from_architecture():
     assert known_model_spec("llama-2-7b").total_params == pytest.approx(6.74e9, rel=0.01)
     assert known_model_spec("llama-2-70b").total_params == pytest.approx(68.98e9, rel=0.01)
