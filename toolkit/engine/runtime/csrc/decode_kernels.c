@@ -758,8 +758,9 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
                               const void *v_cache, const int64_t *rows, int64_t ctx, float k_scale, float v_scale,
                               int cache_kind, float *scores, float *out, next_item_t *plan) {
     float kt[head_dim / 8][8][8], row[head_dim], mx[group], sum[group];  /* kt: a tile's K, [8 dims][token][dim] */
+    __m256 top[group];  /* each head's running maximum, lane by lane */
     const int cb = cache_bytes(cache_kind);
-    for (int g = 0; g < group; g++) mx[g] = -INFINITY;
+    for (int g = 0; g < group; g++) top[g] = _mm256_set1_ps(-INFINITY);
     /* 8 tokens at a time: the 8 tokens' partial sums reduced across the lanes together (sum8x8), where one reduction
      * per token and head cost as many instructions as its dot products; the K and V rows AHEAD_TOKENS ahead fetched
      * into L2 meanwhile (as the AVX-512 kernel's own rows). rows[] is padded to 16 by repeating the last row, so a last
@@ -787,11 +788,20 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
                 const __m256 qv = _mm256_loadu_ps(qf[g] + 8 * c);
                 for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kt[c][j]), a[j]);
             }
-            float s[8];
-            _mm256_storeu_ps(s, sum8x8(a));
-            for (int j = 0; j < 8; j++) mx[g] = s[j] > mx[g] ? s[j] : mx[g];
-            memcpy(scores + g * ctx + t0, s, sizeof(float) * (size_t)live);
+            const __m256 s = sum8x8(a);
+            top[g] = _mm256_max_ps(top[g], s);
+            if (live == 8) _mm256_storeu_ps(scores + g * ctx + t0, s);
+            else {
+                float last[8];
+                _mm256_storeu_ps(last, s);
+                memcpy(scores + g * ctx + t0, last, sizeof(float) * (size_t)live);
+            }
         }
+    }
+    for (int g = 0; g < group; g++) {
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(top[g]), _mm256_extractf128_ps(top[g], 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        mx[g] = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
     }
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * ctx;
