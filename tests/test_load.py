@@ -239,6 +239,9 @@ def test_demo_ends_with_one_sentence_of_what_was_measured():
         "Measured small (fp8 checkpoint on int8(fp8)-a8 kernels, bfloat16 activations) behind Triton with in-flight batching over "
         "triton-grpc: from concurrency 1 to 8, TTFT p50 50.0 → 210.5 ms, ITL p50 20.0 → 31.2 ms, output 48 → 240 "
         "tokens/s (32 requests per step after 8 warm-up requests).")
+    summary["run"]["served_engine"]["kernel_isa"] = "AVX2 + FMA"  # which of the engine's builds served it
+    assert measured_sentence(summary).startswith("Measured small (fp8 checkpoint on int8(fp8)-a8 kernels (AVX2 + FMA), "
+                                                 "bfloat16 activations) behind Triton")
     assert measured_sentence({"steps": [{"request_count": 0}]}).startswith("Nothing was measured")
     # A run that did not record what the engine runs claims no compute precision.
     del summary["run"]["served_engine"]

@@ -684,6 +684,7 @@ def test_a_cpu_without_avx512_serves_every_format_in_c_close_to_this_cpus_build(
     avx2 = runners["x86-64-v3"]
     assert not avx2.native.has_fp8_gemm and avx2.decoder is not None
     assert avx2.weight_format == kernel_format
+    assert "on AVX2 + FMA" in avx2.step_kernels and "on AVX-512" in runners["native"].step_kernels  # said which build
     logits = {}
     for build, runner in runners.items():
         paged = PagedSequences(runner.cache.num_blocks)

@@ -77,6 +77,18 @@ def test_labels_are_distinct_and_say_what_differs(tmp_path):
     assert rep_labels[0].startswith("fp8") and "rep 1" in rep_labels[0] and "rep 2" in rep_labels[1]
 
 
+def test_the_header_says_what_the_cpu_engine_ran(tmp_path):
+    """The served engine's own account (its build's vector ISA, kernels, threads) heads the report; runs without it
+    (GPU targets, older runs) say nothing of it."""
+    served = {"step_kernels": "fused C on AVX2 + FMA (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)",
+              "threads": 2, "compute_dtype": "bfloat16"}
+    run = RunDir.open(make_run(tmp_path, "avx2", info={"served_engine": served}))
+    assert "- engine: fused C on AVX2 + FMA (norms, RoPE, SwiGLU, paged attention, few-row GEMMs), 2 threads" in \
+        render_markdown([run]).splitlines()
+    assert not any(line.startswith("- engine:") for line in render_markdown([RunDir.open(make_run(tmp_path, "gpu"))])
+                   .splitlines())
+
+
 def test_titles_never_call_an_fp32_computed_model_fp8(tmp_path):
     cpu = RunDir.open(make_run(tmp_path, "cpu"))
     assert precision(cpu) == "fp8 checkpoint, computed in fp32"

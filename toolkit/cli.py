@@ -612,7 +612,8 @@ def measured_sentence(summary: dict) -> str:
 
     weights = info.get("qformat", "?")
     served = info.get("served_engine") or {}  # what the CPU engine said it runs; older runs lack it
-    precision = (f"{weights} checkpoint on {served['weight_format']} kernels, {served['compute_dtype']} activations"
+    isa = f" ({served['kernel_isa']})" if served.get("kernel_isa") else ""
+    precision = (f"{weights} checkpoint on {served['weight_format']} kernels{isa}, {served['compute_dtype']} activations"
                  if served.get("weight_format") and served.get("compute_dtype") else f"{weights} weights")
     sweep = info.get("sweep") or {}
     warm = f" after {sweep['step_warmup_requests']} warm-up requests" if sweep.get("step_warmup_requests") else ""

@@ -241,6 +241,9 @@ def run_header(run: RunDir) -> list[str]:
             # the config's "none" reads as no KV cache; it means one left unquantized
             note = " (unquantized: the activations' dtype)" if key == "kv_cache_dtype" and info[key] == "none" else ""
             out.append(f"- {key.replace('_', ' ')}: `{info[key]}`{note}")
+    served = info.get("served_engine") or {}
+    if served.get("step_kernels"):  # the CPU engine's own account of what ran (its build's ISA first)
+        out.append(f"- engine: {served['step_kernels']}, {served.get('threads', '?')} threads")
     if run_date(run):
         out.append(f"- started: {run_date(run)}; folder `{run.path}`")
     effect = read_format_effect(run.path)

@@ -145,6 +145,7 @@ class Engine:
         return {"weight_format": getattr(runner, "weight_format", None),
                 "compute_dtype": str(getattr(runner, "dtype", "")).replace("torch.", "") or None,
                 "step_kernels": getattr(runner, "step_kernels", None),
+                "kernel_isa": getattr(getattr(runner, "native", None), "isa", None),  # e.g. "AVX2 + FMA"
                 "prompt_gemm_dtype": getattr(runner, "prompt_gemm_dtype", None),
                 "kv_cache_dtype": getattr(cache, "kv_cache_dtype", None),
                 "device": str(getattr(runner, "device", "cpu")),

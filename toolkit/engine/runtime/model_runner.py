@@ -210,7 +210,7 @@ class ModelRunner:
         if self.native is None:
             return "torch ops" + ("; decode steps replayed from CUDA graphs" if self.graphs and self.graphs.capture else "")
         amx = [lin.weight_format for layer in self.layers for lin in self._linears(layer) if getattr(lin, "amx", False)]
-        return ("fused C (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)"
+        return (f"fused C on {self.native.isa} (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)"
                 + (f"; {sorted(set(amx))[0]} GEMMs on AMX tiles at every row count" if amx else "")
                 + (f"; decode steps of up to {self.decoder.max_rows} sequences in one C call" if self.decoder else "")
                 + (", its layers in one OpenMP region" if self.decoder and self.native.decode_in_one_region(self.decoder)

@@ -259,6 +259,8 @@ class NativeKernels:
                                               c.c_void_p]
             library.gemm_bf16_amx.restype = library.gemm_int8_amx.restype = library.gemm_fp8_amx.restype = None
             library.gemm_int4_amx.restype = None
+        library.kernels_isa.restype = c.c_char_p
+        self.isa = library.kernels_isa().decode()  # the vector extensions compiled in, e.g. "AVX2 + FMA"
         # the bf16 GEMM and the int4 one with bf16 activations (AVX512-BF16, or AVX2 + FMA); fp8's own kernel
         self.has_bf16_gemm = bool(library.gemm_bf16_available())
         library.gemm_fp8_available.restype = c.c_int

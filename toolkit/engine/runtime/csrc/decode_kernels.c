@@ -29,6 +29,31 @@
 #define HAVE_AVX2_GEMMS 1
 #endif
 
+/* The vector extensions this build's kernels use (the engine's description names them: the same engine runs a different
+ * set of kernels on a CPU without AVX-512, and a run's figures mean little without it). */
+const char *kernels_isa(void) {
+    return ""
+#if defined(__AVX512F__)
+           "AVX-512"
+#if defined(__AVX512BF16__)
+           " + BF16"
+#endif
+#if defined(__AVX512VNNI__)
+           " + VNNI"
+#endif
+#if defined(__AMX_TILE__)
+           " + AMX"
+#endif
+#elif defined(__AVX2__) && defined(__FMA__)
+           "AVX2 + FMA"
+#elif defined(__ARM_NEON)
+           "portable C (NEON by the compiler only)"
+#else
+           "portable C"
+#endif
+        ;
+}
+
 enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
 /* How a linear's activations are rounded before its GEMM, as ModelOpt calibrated them (native_kernels.ACT_QUANT). */
 enum { ACT_NONE = 0, ACT_INT8 = 1, ACT_FP8 = 2 };
