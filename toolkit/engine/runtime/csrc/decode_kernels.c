@@ -1424,6 +1424,10 @@ INLINE void bf16_tile_avx2(const uint16_t *x, const int rows, int K, const uint1
     for (int i = 0; i < 4 * rows; i++) acc[i] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 32 <= K; k += 32) {
+        /* two rows: the weights 4 KiB ahead into L1 (prefetch_lanes_avx2): whole bf16 steps 0.93 / 0.87 at 8 / 16
+         * sequences, both orders (2026-11-28); one row streams faster on the hardware prefetchers alone (1.09-1.15
+         * with it in the fast memory state) */
+        if (rows > 1) prefetch_lanes_avx2(wrow + k);
         const __m256i w0 = _mm256_loadu_si256((const __m256i *)(wrow + k)),
                       w1 = _mm256_loadu_si256((const __m256i *)(wrow + k + 16));
         const __m256 w[4] = {bf16_low8(w0), bf16_high8(w0), bf16_low8(w1), bf16_high8(w1)};
