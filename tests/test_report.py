@@ -100,6 +100,10 @@ def test_titles_never_call_an_fp32_computed_model_fp8(tmp_path):
     served = RunDir.open(make_run(tmp_path, "served", info={"weight_format": "fp8-widened",
                                                             "served_engine": {"compute_dtype": "bf16"}}))
     assert precision(served) == "fp8 checkpoint, computed in bf16 (fp8-widened kernels)"
+    # fp8 re-quantized for the int8 x int8 kernel (a CPU without AVX512-BF16): integer GEMMs, not bf16 ones
+    as_int8 = RunDir.open(make_run(tmp_path, "as-int8", info={"weight_format": "int8(fp8)-a8-int8act",
+                                                              "served_engine": {"compute_dtype": "bfloat16"}}))
+    assert precision(as_int8) == "fp8 checkpoint on int8(fp8)-a8-int8act kernels"
     # The CPU runtime plans fp8 bytes but, unreported, is said to compute in its activation dtype
     runtime = RunDir.open(make_run(tmp_path, "runtime", info={"plan_deployment": {"weights": "fp8"},
                                                               "engine": {"dtype": "auto"}}))

@@ -85,6 +85,8 @@ def precision(run: RunDir) -> str:
                      for f in reported.split("+"))
         if native:
             return qformat
+        if all("-a8" in f for f in reported.split("+")):  # re-quantized for an integer kernel: int8 x int8, not bf16
+            return f"{qformat} checkpoint on {reported} kernels"
         dtype = (run.info.get("served_engine") or {}).get("compute_dtype")
         return f"{qformat} checkpoint, computed in {dtype} ({reported} kernels)" if dtype else \
             f"{qformat} checkpoint, engine kernels {reported}"
