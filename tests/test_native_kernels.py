@@ -578,7 +578,8 @@ def test_fp8_gemm_computes_modelopts_fp8_values(kernels, rows, k, n):
     from toolkit.engine.runtime.kernels import fake_quant_activation
 
     if not kernels.has_fp8_gemm:
-        pytest.skip("this CPU has no AVX512-BF16: fp8 weights are served as int8 on the widening kernel")
+        pytest.skip("this build has no AVX512-BF16: fp8 weights are served as int8 x int8 activations there "
+                    "(test_fp8_weights_as_int8_on_int8_activations_equal_the_rounded_product_at_every_batch)")
     gen = torch.Generator().manual_seed(rows)
     values = (torch.randn(n, k, generator=gen) * 60).to(torch.float8_e4m3fn)
     bytes_ = values.view(torch.uint8)
