@@ -742,43 +742,43 @@ static inline __m256 sum8x8(const __m256 a[8]) {
     return _mm256_add_ps(_mm256_permute2f128_ps(a0123, a4567, 0x20), _mm256_permute2f128_ps(a0123, a4567, 0x31));
 }
 
-/* One sweep of attend_group_avx2's V pass: dims d0 .. d0 + 31 of query heads g0 .. g0 + heads - 1 (heads 1 or 2, a
+/* One sweep of attend_group_avx2's V pass: dims d0 .. d0 + 15 of query heads g0 .. g0 + heads - 1 (heads 1-3, a
  * constant once inlined: with it a runtime flag, GCC kept the accumulators on the stack, each token's FMAs waiting on
  * the last one's store, half of the kernel's time in cache), the weighted V rows summed over the context in registers,
- * each row's slice widened once for both heads. */
+ * each row's slice widened once for all the sweep's heads (a kv head's 3 query heads in one sweep: per token half the
+ * widening of two sweeps of 32 dims over 2 heads and 1). */
 INLINE void v_sweep_avx2(const int heads, int head_dim, const void *v_cache, const int64_t *rows, int64_t ctx,
                          float v_scale, int cache_kind, const float *scores, const float *sum, float *out,
                          next_item_t *plan, int d0, int g0) {
-    __m256 acc[8];
-    float slice[32];
-    for (int j = 0; j < 4 * heads; j++) acc[j] = _mm256_setzero_ps();
+    __m256 acc[6];
+    float slice[16];
+    for (int j = 0; j < 2 * heads; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t t = 0; t < ctx; t++) {
-        __m256 v[4];
+        __m256 v[2];
         if (cache_kind == BF16) {
             const uint16_t *src = (const uint16_t *)v_cache + rows[t] + d0;
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < 2; j++)
                 v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(
                     _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 8 * j))), 16));
         } else {
-            load_row(slice, v_cache, rows[t] + d0, 32, cache_kind, v_scale);
-            for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(slice + 8 * j);
+            load_row(slice, v_cache, rows[t] + d0, 16, cache_kind, v_scale);
+            for (int j = 0; j < 2; j++) v[j] = _mm256_loadu_ps(slice + 8 * j);
         }
         if (plan != NULL && (t & 1)) fetch_some(plan, 1);
         for (int h = 0; h < heads; h++) {
             const __m256 p = _mm256_broadcast_ss(scores + (g0 + h) * ctx + t);
-            for (int j = 0; j < 4; j++) acc[4 * h + j] = _mm256_fmadd_ps(p, v[j], acc[4 * h + j]);
+            for (int j = 0; j < 2; j++) acc[2 * h + j] = _mm256_fmadd_ps(p, v[j], acc[2 * h + j]);
         }
     }
     for (int h = 0; h < heads; h++) {
         const __m256 inv = _mm256_set1_ps(1.0f / sum[g0 + h]);
-        for (int j = 0; j < 4; j++)
-            _mm256_storeu_ps(out + (g0 + h) * head_dim + d0 + 8 * j, _mm256_mul_ps(acc[4 * h + j], inv));
+        for (int j = 0; j < 2; j++)
+            _mm256_storeu_ps(out + (g0 + h) * head_dim + d0 + 8 * j, _mm256_mul_ps(acc[2 * h + j], inv));
     }
 }
 
 /* attend_group_scalar's work on AVX2 + FMA, head_dim a multiple of 32: the scores by 8-wide FMAs, their exponentials
- * 8 at a time, and the weighted V rows summed in registers (two heads x 32 dims at a time, each V row's slice
- * widened once for both). */
+ * 8 at a time, and the weighted V rows summed in registers (up to three heads x 16 dims at a time, v_sweep_avx2). */
 static void attend_group_avx2(int group, int head_dim, const float qf[group][head_dim], const void *k_cache,
                               const void *v_cache, const int64_t *rows, int64_t ctx, float k_scale, float v_scale,
                               int cache_kind, float *scores, float *out, next_item_t *plan) {
@@ -841,10 +841,13 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
         sum[g] = sum8_avx2(total);
         for (; t < ctx; t++) sum[g] += sg[t] = expf(sg[t] - mx[g]);
     }
-    for (int d0 = 0; d0 < head_dim; d0 += 32)
-        for (int g0 = 0; g0 < group; g0 += 2) {
-            if (g0 + 1 < group) v_sweep_avx2(2, head_dim, v_cache, rows, ctx, v_scale, cache_kind, scores, sum, out, plan, d0, g0);
-            else v_sweep_avx2(1, head_dim, v_cache, rows, ctx, v_scale, cache_kind, scores, sum, out, plan, d0, g0);
+    for (int d0 = 0; d0 < head_dim; d0 += 16)
+        for (int g0 = 0; g0 < group; g0 += 3) {
+#define V_SWEEP(H) v_sweep_avx2(H, head_dim, v_cache, rows, ctx, v_scale, cache_kind, scores, sum, out, plan, d0, g0)
+            if (group - g0 >= 3) V_SWEEP(3);
+            else if (group - g0 == 2) V_SWEEP(2);
+            else V_SWEEP(1);
+#undef V_SWEEP
         }
 }
 #endif
