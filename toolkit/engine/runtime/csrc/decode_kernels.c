@@ -137,6 +137,13 @@ static inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+#if defined(__AVX2__)
+/* 8 bf16 values at s widened exactly to fp32 (a bf16 is the top half of its fp32) */
+static inline __m256 bf16x8(const uint16_t *s) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)s)), 16));
+}
+#endif
+
 /* n values of dtype `kind` at `src` (element offset `at`) into fp32 `dst`, times `scale` for 8-bit kinds. */
 static inline void load_row(float *dst, const void *src, int64_t at, int n, int kind, float scale) {
     switch (kind) {
@@ -149,9 +156,7 @@ static inline void load_row(float *dst, const void *src, int64_t at, int n, int 
             _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(
                                           _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i))), 16)));
 #elif defined(__AVX2__)
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                          _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16)));
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, bf16x8(s + i));
 #endif
         for (; i < n; i++) dst[i] = bf16_to_f32(s[i]);
         break;
@@ -711,6 +716,13 @@ static inline float sum8_avx2(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
+
+/* The largest of a vector's 8 lanes. */
+static inline float max8_avx2(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
 #endif
 
 #if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
@@ -757,9 +769,7 @@ INLINE void v_sweep_avx2(const int heads, int head_dim, const void *v_cache, con
         __m256 v[2];
         if (cache_kind == BF16) {
             const uint16_t *src = (const uint16_t *)v_cache + rows[t] + d0;
-            for (int j = 0; j < 2; j++)
-                v[j] = _mm256_castsi256_ps(_mm256_slli_epi32(
-                    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 8 * j))), 16));
+            for (int j = 0; j < 2; j++) v[j] = bf16x8(src + 8 * j);
         } else {
             load_row(slice, v_cache, rows[t] + d0, 16, cache_kind, v_scale);
             for (int j = 0; j < 2; j++) v[j] = _mm256_loadu_ps(slice + 8 * j);
@@ -795,9 +805,7 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
         for (int j = 0; j < 8; j++) {  /* each row's 8 dims at a time beside the other tokens' (one base address below) */
             if (cache_kind == BF16) {
                 const uint16_t *src = (const uint16_t *)k_cache + rows[t0 + j];
-                for (int c = 0; c < head_dim / 8; c++)
-                    _mm256_storeu_ps(kt[c][j], _mm256_castsi256_ps(_mm256_slli_epi32(
-                                                   _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 8 * c))), 16)));
+                for (int c = 0; c < head_dim / 8; c++) _mm256_storeu_ps(kt[c][j], bf16x8(src + 8 * c));
             } else {
                 load_row(row, k_cache, rows[t0 + j], head_dim, cache_kind, k_scale);
                 for (int c = 0; c < head_dim / 8; c++) memcpy(kt[c][j], row + 8 * c, sizeof(kt[c][j]));
@@ -823,11 +831,7 @@ static void attend_group_avx2(int group, int head_dim, const float qf[group][hea
             }
         }
     }
-    for (int g = 0; g < group; g++) {
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(top[g]), _mm256_extractf128_ps(top[g], 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        mx[g] = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-    }
+    for (int g = 0; g < group; g++) mx[g] = max8_avx2(top[g]);
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * ctx;
         const __m256 m = _mm256_set1_ps(mx[g]);
@@ -1908,9 +1912,7 @@ static void quantize_int4_activations(const uint16_t *x, int K, int8_t *xq, floa
         __m256 amax = _mm256_setzero_ps();
         const __m256 sign = _mm256_set1_ps(-0.0f);
         for (int k = 0; k < 128; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + k)));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))), s = m > 0.0f ? m / 127.0f : 1.0f;
+        const float m = max8_avx2(amax), s = m > 0.0f ? m / 127.0f : 1.0f;
         const __m256 inv = _mm256_set1_ps(1.0f / s);
         __m256i sum = _mm256_setzero_si256();
         for (int part = 0; part < 16; part++) { /* k = c + 8 part, into the weights' nibble order as the AVX-512 one */
