@@ -683,7 +683,7 @@ def main() -> None:
     parser.add_argument("--torch-ops", action="store_true",
                         help="norms, RoPE and attention as torch ops (the fallback without a C compiler) instead of the fused C kernels")
     parser.add_argument("--repeats", type=int, default=3, help="decode runs per batch size; the best median counts")
-    parser.add_argument("--threads", type=int, help="torch threads (default: the engine's default_threads())")
+    parser.add_argument("--threads", type=int, help="torch threads (default: the engine's, cpu_binding.py)")
     parser.add_argument("--step-cost-ms", type=float, help="the per-step cost beyond GEMMs and attention, instead of measuring it (then none per sequence)")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--no-reprobe", action="store_true",
@@ -694,20 +694,21 @@ def main() -> None:
 
     import torch
 
-    from toolkit.engine.runtime.model_runner import default_threads
+    from toolkit.engine.runtime.cpu_binding import apply_binding, engine_binding
     from toolkit.model.spec import load_model_spec
     from toolkit.plan.cpu_probe import measure_cpu, probe_at_read, reprobe_kernel, spec_from_probe, stream_reader
     from toolkit.plan.roofline import (cpu_crossover_batch, cpu_decode_step, cpu_decode_step_seconds,
                                        cpu_prefill_seconds, weights_for)
 
-    threads = args.threads or default_threads()
-    torch.set_num_threads(threads)
+    binding = engine_binding(threads=args.threads)  # the engine's NUMA node on a multi-node host, as it binds
+    apply_binding(binding)
+    threads = binding.threads
     build = ROOT / "build"
     batches = [int(b) for b in args.batches.split(",")]
     native = not args.torch_ops
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} (others' work makes figures noisy)")
-    probe = measure_cpu(rounds=2)
+          f"{binding.describe()}; load average {os.getloadavg()[0]:.1f} (others' work makes figures noisy)")
+    probe = measure_cpu(rounds=2, binding=binding)
     bandwidth = probe["bandwidth_bytes_s"]
     print(f"bandwidth as a decode step reads it: {bandwidth / 1e9:.1f} GB/s ({probe['bandwidth_kernel']} GEMV over "
           f"{probe['stream_mib']} MiB); a sum re-reading a working set of "

@@ -42,6 +42,8 @@ def test_name_defaults_to_file_stem(tmp_path):
     ("name: x\nengine:\n  bogus: 1\n", "engine.bogus"),
     ("name: x\nsweep:\n  concurrencies: [0]\n", "concurrencies"),
     ("name: x\nparallel:\n  tp: 2\n", "cpu target runs one process"),
+    ("name: x\nengine:\n  cpu_numa: -1\n", "not a NUMA node"),
+    ("name: x\nengine:\n  cpu_numa: true\n", "auto, off, or a NUMA node number"),
 ])
 def test_invalid_configs_name_the_key(tmp_path, text, expected):
     with pytest.raises(ToolkitError) as err:
@@ -85,3 +87,10 @@ def test_auto_target_is_picked_from_what_is_installed(monkeypatch):
     assert detect_target() == "llmapi"
     monkeypatch.setattr(shutil, "which", lambda cmd: "/usr/local/bin/trtllm-build")
     assert detect_target() == "llmapi"  # engines only when asked for (engine.target: trtllm)
+
+
+def test_cpu_numa_off_in_yaml_is_off_not_node_0(tmp_path):
+    """YAML reads a bare off as false, and pydantic would pass false as the int 0: node 0, not unbound."""
+    assert load_config(write(tmp_path, "name: x\nengine:\n  cpu_numa: off\n")).engine.cpu_numa == "off"
+    assert load_config(write(tmp_path, "name: x\nengine:\n  cpu_numa: 1\n")).engine.cpu_numa == 1
+    assert load_config(write(tmp_path, "name: x\n")).engine.cpu_numa == "auto"

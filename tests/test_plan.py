@@ -532,12 +532,17 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     assert first["rounds"] == 2 and all(0 <= v < 1 for v in first["spread"].values()) and first["measured"]
     llc = cpu_probe.last_level_cache_bytes()
     assert first["last_level_cache_bytes"] == llc and (llc is None or llc >= 2**20)
+    from toolkit.engine.runtime.cpu_binding import engine_binding
+
+    assert first["cpu_binding"] == engine_binding().describe()  # on the CPUs and threads the engine takes
     assert cpu_probe.cpu_probe() == first  # read back, not measured again
     again = cpu_probe.cpu_probe(refresh=True)
     assert again["measured"] >= first["measured"] and json.loads((tmp_path / "cpu_probe.json").read_text()) == again
     moved = {**again, "cpus": (again["cpus"] or 1) + 1}  # the same cache read on a machine with more cores
     (tmp_path / "cpu_probe.json").write_text(json.dumps(moved))
     assert cpu_probe.cpu_probe()["cpus"] == again["cpus"]  # measured again
+    (tmp_path / "cpu_probe.json").write_text(json.dumps({**again, "cpu_binding": "1 threads on CPUs 0"}))
+    assert cpu_probe.cpu_probe()["cpu_binding"] == again["cpu_binding"]  # measured under another taskset: again
     older_build = {**cpu_probe.cpu_probe(), "kernels": "other C kernels", "measured": "on an older build"}
     (tmp_path / "cpu_probe.json").write_text(json.dumps(older_build))
     fresh = cpu_probe.cpu_probe()  # measured again: rates of other kernels are stale

@@ -64,8 +64,11 @@ def test_cpu_threads_reach_the_engine_model_only_when_set(tmp_path, tiny_model_d
         engine = parse_pbtxt((repo / "tensorrt_llm" / "config.pbtxt").read_text())
         return {p.get("key").value: p.get("value").get("string_value").value for p in engine.all("parameters")}
 
-    assert "cpu_threads" not in params(tmp_path / "a")  # the engine then takes every core it may run on
+    default = params(tmp_path / "a")
+    assert "cpu_threads" not in default  # the engine then takes every core it may run on
     assert params(tmp_path / "b", cpu_threads=1)["cpu_threads"] == "1"
+    assert "cpu_numa" not in default  # auto: the engine binds to a node only on multi-node hosts
+    assert params(tmp_path / "e", cpu_numa="off")["cpu_numa"] == "off"
     assert "stream_interval" not in params(tmp_path / "d")  # every step's tokens
     assert params(tmp_path / "c", stream_interval=4)["stream_interval"] == "4"
 

@@ -87,6 +87,10 @@ def test_the_header_says_what_the_cpu_engine_ran(tmp_path):
         render_markdown([run]).splitlines()
     assert not any(line.startswith("- engine:") for line in render_markdown([RunDir.open(make_run(tmp_path, "gpu"))])
                    .splitlines())
+    bound = {**served, "threads": 16, "cpu_binding": "16 threads on NUMA node 1 of 2, CPUs 16-31,48-63"}
+    assert "- engine: fused C on AVX2 + FMA (norms, RoPE, SwiGLU, paged attention, few-row GEMMs), 16 threads on " \
+        "NUMA node 1 of 2, CPUs 16-31,48-63" in render_markdown([RunDir.open(make_run(tmp_path, "numa",
+                                                                        info={"served_engine": bound}))]).splitlines()
 
 
 def test_titles_never_call_an_fp32_computed_model_fp8(tmp_path):

@@ -107,6 +107,10 @@ class EngineSection(_Section):
     # (and a client on the same machine) a core, but on 2 cores one thread cost TTFT +60-80 % and 20-30 % of
     # tokens/s for no better ITL (perf/README.md "Engine kernels", the one-thread A/B).
     cpu_threads: int | None = Field(None, ge=1)
+    # CPU engine: its NUMA binding (toolkit/engine/runtime/cpu_binding.py). auto: where the CPUs it may run on span
+    # several nodes, the node with most of their cores (weights land on the node that loads them; the others would
+    # read them over the socket link); off: every CPU it may run on; a number: that node.
+    cpu_numa: Literal["auto", "off"] | int = Field("auto")
     # Streaming: each request's tokens go out every this many of its steps (the first at once, the rest with the
     # finish), as TensorRT-LLM's LLM-API stream_interval (vLLM's and SGLang's --stream-interval): fewer responses
     # through Triton, its ensemble and the detokenizer, whose CPU a small host takes from the engine (the CPU demo at
@@ -126,6 +130,18 @@ class EngineSection(_Section):
     # Also FP8's, where a CPU without AVX512-BF16 serves its weights as int8: the int8 x int8 kernel (VNNI or AVX2) after their
     # fp8 rounding (auto), or fp8 values on the widening int8 kernel (bf16; slower, ~0.6x at 8-16 sequences).
     int4_activations: Literal["auto", "int8", "bf16"] = "auto"
+
+    @field_validator("cpu_numa", mode="before")
+    @classmethod
+    def _numa_words(cls, value):
+        # YAML reads a bare off as false, which would otherwise pass as node 0
+        if isinstance(value, bool):
+            if value:
+                raise ValueError("cpu_numa: true is not a setting: auto, off, or a NUMA node number")
+            return "off"
+        if isinstance(value, int) and value < 0:
+            raise ValueError(f"cpu_numa: {value} is not a NUMA node (numbered from 0); auto, off, or a node number")
+        return value
 
     @model_validator(mode="after")
     def _resolve_auto(self) -> "EngineSection":

@@ -92,6 +92,8 @@ class CPU(EngineTarget):
         params = {"engine_dir": engine_dir, "enable_kv_cache_reuse": config.engine.enable_kv_cache_reuse}
         if config.engine.cpu_threads:
             params["cpu_threads"] = config.engine.cpu_threads
+        if config.engine.cpu_numa != "auto":
+            params["cpu_numa"] = config.engine.cpu_numa
         if config.engine.stream_interval > 1:
             params["stream_interval"] = config.engine.stream_interval
         return "python", params

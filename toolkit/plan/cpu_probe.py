@@ -516,7 +516,16 @@ def last_level_cache_bytes() -> int | None:
     return sum(sizes.values()) or None
 
 
-def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3) -> dict:
+def measure_cpu(rounds: int = 3, stream_mib: int = 128, repeats: int = 3, binding=None) -> dict:
+    """Measured on `binding` (a cpu_binding.CpuBinding; None: the CPUs and threads the engine takes by default, its
+    NUMA node on a multi-node host), bound only for the measurement."""
+    from toolkit.engine.runtime.cpu_binding import bound, engine_binding
+
+    with bound(binding or engine_binding()) as binding:
+        return _measure_bound(rounds, stream_mib, repeats) | {"cpu_binding": binding.describe()}
+
+
+def _measure_bound(rounds: int, stream_mib: int, repeats: int) -> dict:
     import torch
 
     runs = [_probe_round(stream_mib, repeats) for _ in range(rounds)]
@@ -587,9 +596,13 @@ def kernels_digest() -> str:
 
 def _still_this_machine(cached: dict) -> bool:
     """A cache measured by another probe version, CPU model or core count (a home directory shared
-    across machines, a resized VM), or on other kernels, is measured again."""
+    across machines, a resized VM), on other kernels, or on other CPUs or threads than the engine would take now
+    (another taskset or cpuset), is measured again."""
+    from toolkit.engine.runtime.cpu_binding import engine_binding
+
     return (cached.get("version") == VERSION and cached.get("cpu") == _cpu_name()
-            and cached.get("cpus") == os.cpu_count() and cached.get("kernels") == kernels_digest())
+            and cached.get("cpus") == os.cpu_count() and cached.get("kernels") == kernels_digest()
+            and cached.get("cpu_binding") == engine_binding().describe())
 
 
 def cpu_probe(refresh: bool = False) -> dict:
@@ -627,7 +640,8 @@ def probe_at_read(probe: dict, sum_read_bytes_s: float) -> dict:
 
 def spec_from_probe(probe: dict, step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> HardwareSpec:
     worst = max(probe["spread"].values())
-    source = (f"probed on this machine {probe['measured']} ({probe['cpu']}, {probe['threads']} threads, "
+    source = (f"probed on this machine {probe['measured']} ({probe['cpu']}, "
+              f"{probe.get('cpu_binding') or str(probe['threads']) + ' threads'}, "
               f"best of {probe['rounds']} rounds, spread up to {worst:.0%}; `toolkit plan --reprobe` measures again)")
     return HardwareSpec("cpu", probe["memory_bytes"] / 1e9, probe["bandwidth_bytes_s"] / 1e12,
                         {k: v / 1e12 for k, v in probe["flops"].items()}, 0, source, kind="cpu",

@@ -245,7 +245,8 @@ def run_header(run: RunDir) -> list[str]:
             out.append(f"- {key.replace('_', ' ')}: `{info[key]}`{note}")
     served = info.get("served_engine") or {}
     if served.get("step_kernels"):  # the CPU engine's own account of what ran (its build's ISA first)
-        out.append(f"- engine: {served['step_kernels']}, {served.get('threads', '?')} threads")
+        where = served.get("cpu_binding") or f"{served.get('threads', '?')} threads"  # older runs: threads only
+        out.append(f"- engine: {served['step_kernels']}, {where}")
     if run_date(run):
         out.append(f"- started: {run_date(run)}; folder `{run.path}`")
     effect = read_format_effect(run.path)

@@ -149,7 +149,9 @@ class Engine:
                 "prompt_gemm_dtype": getattr(runner, "prompt_gemm_dtype", None),
                 "kv_cache_dtype": getattr(cache, "kv_cache_dtype", None),
                 "device": str(getattr(runner, "device", "cpu")),
-                "threads": torch.get_num_threads(), "startup_seconds": self.startup_seconds,
+                "threads": torch.get_num_threads(),
+                "cpu_binding": binding.describe() if (binding := getattr(runner, "cpu_binding", None)) else None,
+                "startup_seconds": self.startup_seconds,
                 "enable_chunked_context": c.enable_chunked_context, "enable_kv_cache_reuse": c.enable_kv_cache_reuse,
                 "batch_scheduler_policy": c.batch_scheduler_policy, "max_draft_len": c.max_draft_len,
                 "stream_interval": self.stream_interval}
@@ -375,13 +377,13 @@ def start_engine(engine_dir, *, warm_up_prompt: list[int] | None = None, **optio
     return built["engine"]
 
 
-def open_engine(engine_dir, *, threads: int | None = None, device: str | None = None, timeline_path=None,
-                warm_up: bool = True, **options) -> Engine:
+def open_engine(engine_dir, *, threads: int | None = None, numa: str | int = "auto", device: str | None = None,
+                timeline_path=None, warm_up: bool = True, **options) -> Engine:
     """The engine for a built CPU engine directory, its runner warmed up, on `device` (default: the device it was
     built for, engine_config.json's). Scheduler options
     (enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy, max_draft_len) and the
     activation dtype come from the engine's engine_config.json; keyword arguments that are not None
-    override them."""
+    override them. threads, numa: the CPU engine's threads and NUMA binding (cpu_binding.py)."""
     import json
     from pathlib import Path
 
@@ -395,7 +397,7 @@ def open_engine(engine_dir, *, threads: int | None = None, device: str | None = 
     kv_dtype = limits.get("kv_cache_dtype") or "none"
     runner = ModelRunner(engine_dir / CHECKPOINT_SUBDIR, num_blocks=limits["kv_cache_blocks"],
                          block_size=limits["tokens_per_block"], kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
-                         dtype=limits.get("dtype", "auto"), threads=threads,
+                         dtype=limits.get("dtype", "auto"), threads=threads, numa=numa,
                          device=device or limits.get("device", "cpu"),
                          prompt_gemm_dtype=limits.get("prompt_gemm_dtype"),
                          int4_activations=limits.get("int4_activations", "auto"))

@@ -12,12 +12,16 @@ compute dtype (ModelOpt leaves them unquantized too).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from toolkit.engine.runtime.checkpoint import LinearWeights, load_checkpoint
-from toolkit.engine.runtime.kernels import DenseLinear, KernelChoice, can_fuse, make_linear
+from toolkit.engine.runtime.cpu_binding import apply_binding, engine_binding
+from toolkit.engine.runtime.kernels import (
+    DenseLinear,
+    KernelChoice,
+    can_fuse,
+    make_linear,
+)
 from toolkit.engine.runtime.kv_cache import PagedKVCache
 from toolkit.engine.runtime.step import StepInput
 
@@ -33,18 +37,6 @@ class RunnerSpec:
     head_dim: int
     hidden_size: int
     max_position_embeddings: int
-
-
-def default_threads() -> int:
-    """All cores this process may run on: decode on 2 cores needs both; torch's default may pick fewer
-    (or oversubscribe hyperthreads on large machines, where physical cores are what GEMMs scale with)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        siblings = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").read_text()
-        per_core = len([p for p in siblings.replace("-", ",").split(",") if p.strip()])
-    except OSError:
-        per_core = 1
-    return max(1, cores // per_core if cores >= 8 else cores)
 
 
 def decode_mask(lens, width: int):
@@ -117,8 +109,9 @@ class ModelRunner:
     def __init__(self, checkpoint_dir, *, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto",
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu", fp8_kernel: str = "auto",
                  native: bool = True, prompt_gemm_dtype: str | None = None, decode_graphs: str = "auto",
-                 huge_pages: bool = True, int4_activations: str = "auto"):
-        """decode_graphs: "auto" replays decode steps from CUDA graphs on a GPU (cuda_graphs.py); "off" never;
+                 huge_pages: bool = True, int4_activations: str = "auto", numa: str | int = "auto"):
+        """threads, numa: on the CPU, the engine's threads and NUMA binding (cpu_binding.py; None: its default).
+        decode_graphs: "auto" replays decode steps from CUDA graphs on a GPU (cuda_graphs.py); "off" never;
         "padded" runs their padded step without capturing (how the CPU tests check what a graph replays).
         huge_pages: on the CPU, the linears' weights in one buffer on 2 MiB pages (weight_arena.py).
         fp8_kernel, int4_activations: kernels.KernelChoice (the CPU kernels of fp8 and INT4-AWQ)."""
@@ -126,8 +119,11 @@ class ModelRunner:
 
         from toolkit.engine.runtime.kernels import set_prompt_gemm_dtype
 
-        if device == "cpu":
-            torch.set_num_threads(threads or default_threads())
+        self.cpu_binding = None
+        if device == "cpu":  # before the weights load: first touch places their pages on the node bound to
+            self.cpu_binding = engine_binding(numa, threads)
+            apply_binding(self.cpu_binding)
+            log.info("CPU engine: %s", self.cpu_binding.describe())
         if prompt_gemm_dtype is not None:  # the engine build's choice (engine_config.json); None: timed on first use
             set_prompt_gemm_dtype(prompt_gemm_dtype)
         self.device = device

@@ -8,7 +8,7 @@ streaming (per stream_interval steps' with that parameter > 1: the first at once
 end), one response at the end otherwise. A request the engine refuses (too long, bad sampling
 values) gets one error response naming the fix.
 
-Parameters (config.pbtxt, written by `toolkit repo`): engine_dir; cpu_threads; and, overriding the
+Parameters (config.pbtxt, written by `toolkit repo`): engine_dir; cpu_threads; cpu_numa; and, overriding the
 build's engine_config.json, enable_chunked_context, enable_kv_cache_reuse, batch_scheduler_policy
 (TensorRT-LLM's meanings), max_draft_len (> 0: n-gram speculative decoding); stream_interval (the LLM
 API's). The engine appends one JSON line per step to engine_timeline.jsonl in this model's directory
@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from toolkit.engine.runtime.cpu_binding import numa_setting
 from toolkit.engine.runtime.engine import RequestError, start_engine
 from toolkit.engine.runtime.layout import ENGINE_INFO_FILE, TIMELINE_FILE
 from toolkit.engine.runtime.metrics import MetricsExporter
@@ -86,7 +87,7 @@ class TritonPythonModel:
         # The build's options (engine_config.json), unless config.pbtxt sets them. Built, warmed up (first
         # calls pay kernel selection and allocator growth here, not in a TTFT) and run on its own thread.
         self.engine = start_engine(
-            params["engine_dir"], threads=threads, warm_up_prompt=[1, 2, 3, 4],
+            params["engine_dir"], threads=threads, numa=numa_setting(params.get("cpu_numa")), warm_up_prompt=[1, 2, 3, 4],
             timeline_path=Path(args["model_repository"]) / TIMELINE_FILE,
             enable_chunked_context=_flag(params, "enable_chunked_context"),
             enable_kv_cache_reuse=_flag(params, "enable_kv_cache_reuse"),
