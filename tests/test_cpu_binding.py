@@ -38,7 +38,9 @@ def test_a_process_spanning_two_sockets_binds_to_one_with_a_thread_per_core():
     binding = choose_binding(range(64), topo)
     assert binding.node == 0 and binding.nodes_allowed == 2
     assert binding.cpus == topo.nodes[0] and binding.threads == 16  # 32 logical CPUs, 16 cores
-    assert binding.describe() == "16 threads on NUMA node 0 of 2, CPUs 0-15,32-47"
+    assert binding.pinned == tuple(range(16))  # each thread on its own core's first CPU, no two on one core
+    assert binding.describe() == "16 threads, one per core, on NUMA node 0 of 2, CPUs 0-15,32-47"
+    assert choose_binding(range(64), topo, threads=8).pinned is None  # threads set by hand: left to the scheduler
 
 
 def test_the_node_with_most_allowed_cores_wins_and_off_keeps_every_cpu():
@@ -47,6 +49,7 @@ def test_the_node_with_most_allowed_cores_wins_and_off_keeps_every_cpu():
     assert choose_binding(allowed, topo).node == 1
     off = choose_binding(allowed, topo, numa="off")
     assert off.node is None and off.cpus == frozenset(allowed) and off.threads == 20  # 40 CPUs, 20 cores
+    assert off.pinned is None
     assert choose_binding(allowed, topo, numa=0).cpus == {12, 13, 14, 15, 44, 45, 46, 47}
 
 
@@ -55,12 +58,14 @@ def test_a_cpuset_within_one_node_is_left_as_it_is():
     binding = choose_binding({32, 33, 34, 35}, topo)  # taskset / a container's cpuset on socket 0's siblings
     assert binding.node is None and binding.nodes_allowed == 1
     assert binding.cpus == {32, 33, 34, 35} and binding.threads == 4  # under 8 CPUs: every one of them
+    assert binding.pinned is None  # a small host's threads are left to the scheduler
 
 
 def test_nps4_epyc_takes_one_quarter():
     nodes = {n: frozenset(range(n * 8, n * 8 + 8)) for n in range(4)}
     binding = choose_binding(range(32), CpuTopology(nodes, {}))
     assert binding.node == 0 and binding.threads == 8 and binding.cpus == nodes[0]
+    assert binding.pinned == tuple(range(8))  # no hyperthreads: a thread on every CPU of the node
 
 
 def test_small_vm_without_numa_takes_every_cpu():
@@ -108,3 +113,37 @@ def test_this_machine_binding_applies_and_restores():
 def test_numa_setting_from_a_repository_parameter():
     assert numa_setting(None) == "auto" and numa_setting("") == "auto"
     assert numa_setting("1") == 1 and numa_setting("off") == "off"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pins two threads to two CPUs")
+def test_pinning_binds_each_thread_of_the_callers_team_to_one_cpu():
+    """What a large host's binding does to the engine thread's OpenMP team, done here with two threads on two CPUs,
+    on a thread of its own (as the served engine's), then the process's mask restored."""
+    import threading
+
+    import torch
+
+    from toolkit.engine.runtime import native_kernels
+    from toolkit.engine.runtime.cpu_binding import CpuBinding, _set_affinity
+
+    if native_kernels.load() is None:
+        pytest.skip("no C compiler: the team is pinned by the C kernels")
+    mask, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    cpus = tuple(sorted(mask)[:2])
+    seen = {}
+
+    def engine_thread():
+        apply_binding(CpuBinding(frozenset(mask), 2, None, 1, pinned=cpus))
+        seen["self"] = os.sched_getaffinity(0)
+        seen["tasks"] = [os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")]
+
+    try:
+        worker = threading.Thread(target=engine_thread)
+        worker.start()
+        worker.join()
+        assert seen["self"] == {cpus[0]}  # the master: the team's thread 0
+        assert {cpus[1]} in seen["tasks"]  # its OpenMP worker
+    finally:
+        _set_affinity(mask)
+        torch.set_num_threads(threads)
+    assert all(os.sched_getaffinity(int(t)) == mask for t in os.listdir("/proc/self/task"))

@@ -8,8 +8,10 @@ critical path. So, as vLLM's CPU backend (VLLM_CPU_OMP_THREADS_BIND=auto) and Op
 engine binds the whole process to one node when the CPUs it may run on span several: the node holding most of
 their physical cores. `engine.cpu_numa` picks another node or turns it off ("off": every CPU allowed).
 
-Threads: every CPU of the binding on small hosts (on 2 cores decode needs both); one per physical core from 8
-logical CPUs up, where hyperthread siblings share the core's FMA units and add no GEMM throughput.
+Threads: every CPU of the binding on small hosts (on 2 cores decode needs both, and are left to the scheduler); one
+per physical core from 8 logical CPUs up, where hyperthread siblings share the core's FMA units and add no GEMM
+throughput, each OpenMP thread pinned to its own core (as vLLM does): a step's threads meet at ~80 barriers, so two
+of them on one core's hyperthreads, or one moved off its core, hold up every thread.
 
 Written against this 2-core, one-node VM: the choice is tested on described topologies (tests/test_cpu_binding.py),
 the binding itself on this machine; its effect on a real multi-socket host is unmeasured here.
@@ -18,10 +20,12 @@ the binding itself on this machine; its effect on a real multi-socket host is un
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 SYSFS = Path("/sys/devices/system")
 # From this many logical CPUs on, one thread per physical core (below it, every CPU: a small VM's vCPUs may be
 # reported as siblings of one core while the host runs them on two).
@@ -44,10 +48,11 @@ class CpuBinding:
     threads: int
     node: int | None  # the NUMA node bound to; None: not bound (one node, or cpu_numa off)
     nodes_allowed: int  # how many nodes the CPUs the process could run on span
+    pinned: tuple[int, ...] | None = None  # the CPU each OpenMP thread is bound to (thread 0 first); None: not pinned
 
     def describe(self) -> str:
         where = f"NUMA node {self.node} of {self.nodes_allowed}, " if self.node is not None else ""
-        return f"{self.threads} threads on {where}CPUs {cpu_list(self.cpus)}"
+        return f"{self.threads} threads{', one per core,' if self.pinned else ''} on {where}CPUs {cpu_list(self.cpus)}"
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:
@@ -124,9 +129,15 @@ def choose_binding(allowed, topology: CpuTopology, *, numa: str | int = "auto",
             cpus = by_node[node]
     elif numa != "off":
         raise ValueError(f"engine.cpu_numa {numa!r} is not auto, off or a NUMA node number")
-    if threads is None:
-        threads = topology.core_count(cpus) if len(cpus) >= PHYSICAL_CORES_FROM else len(cpus)
-    return CpuBinding(cpus, max(1, threads), node, max(1, len(by_node)))
+    pinned = None
+    if threads is None and len(cpus) >= PHYSICAL_CORES_FROM:
+        # one thread per physical core, each bound to its core's first CPU (numa off: left to the scheduler too)
+        firsts = sorted({min(topology.siblings.get(cpu, frozenset([cpu])) & cpus) for cpu in cpus})
+        threads = len(firsts)
+        pinned = tuple(firsts) if numa != "off" else None
+    elif threads is None:
+        threads = len(cpus)
+    return CpuBinding(cpus, max(1, threads), node, max(1, len(by_node)), pinned)
 
 
 def engine_binding(numa: str | int = "auto", threads: int | None = None) -> CpuBinding:
@@ -146,12 +157,23 @@ def _set_affinity(cpus) -> None:
 
 def apply_binding(binding: CpuBinding) -> None:
     """Binds the process (only when bound to a node: otherwise its mask is left as it came, e.g. from taskset or a
-    container's cpuset) and sets torch's thread count. Before the weights load, so first touch puts them on it."""
+    container's cpuset), sets torch's thread count, and pins the calling thread's OpenMP team where the binding says
+    (the thread that will run the steps: each thread has a team of its own). Before the weights load, so first touch
+    puts them on the node."""
     import torch
 
     if binding.node is not None and hasattr(os, "sched_setaffinity"):
         _set_affinity(binding.cpus)
     torch.set_num_threads(binding.threads)
+    if binding.pinned:
+        from toolkit.engine.runtime import native_kernels
+
+        kernels = native_kernels.load()
+        failed = kernels.pin_team(binding.pinned) if kernels is not None else -1
+        if failed:
+            log.warning("CPU engine: %s of its %d threads could not be pinned to one core each (%s): they run "
+                        "where the scheduler puts them", "all" if failed < 0 else failed, binding.threads,
+                        "no C kernels" if kernels is None else "sched_setaffinity refused")
 
 
 @contextlib.contextmanager
@@ -164,6 +186,6 @@ def bound(binding: CpuBinding):
     try:
         yield binding
     finally:
-        if binding.node is not None and hasattr(os, "sched_setaffinity"):
+        if (binding.node is not None or binding.pinned) and hasattr(os, "sched_setaffinity"):
             _set_affinity(mask)
         torch.set_num_threads(threads)

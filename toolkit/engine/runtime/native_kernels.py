@@ -259,6 +259,8 @@ class NativeKernels:
                                               c.c_void_p]
             library.gemm_bf16_amx.restype = library.gemm_int8_amx.restype = library.gemm_fp8_amx.restype = None
             library.gemm_int4_amx.restype = None
+        library.pin_team.argtypes = [c.c_void_p, c.c_int]
+        library.pin_team.restype = c.c_int
         library.kernels_isa.restype = c.c_char_p
         self.isa = library.kernels_isa().decode()  # the vector extensions compiled in, e.g. "AVX2 + FMA"
         # the bf16 GEMM and the int4 one with bf16 activations (AVX512-BF16, or AVX2 + FMA); fp8's own kernel
@@ -288,6 +290,12 @@ class NativeKernels:
         for fn in (library.rms_norm, library.add_rms_norm, library.silu_mul, library.rope, library.decode_attention, library.gemm_int8,
                    library.gemm_bf16, library.gemm_int4, library.unpack_int4):
             fn.restype = None
+
+    def pin_team(self, cpus) -> int:
+        """The calling thread's OpenMP team bound one thread to each of `cpus` (csrc: pin_team); how many could not be
+        (-1: not on Linux)."""
+        ids = (ctypes.c_int32 * len(cpus))(*cpus)
+        return self._lib.pin_team(ids, len(cpus))
 
     @staticmethod
     def supports(activation_dtype) -> bool:

@@ -54,6 +54,32 @@ const char *kernels_isa(void) {
         ;
 }
 
+/* The calling thread's OpenMP team of n threads (itself first) bound one to each of cpus, as vLLM's CPU backend binds
+ * its threads: with one thread per physical core, two of a step's threads on one core's hyperthreads would share its
+ * FMA units and hold every barrier of the step. libgomp keeps a master thread's team between regions (torch's
+ * parallel loops on that thread use it too), so the binding holds for the steps that follow. Returns how many threads
+ * could not be bound (0: all), -1 off Linux. */
+#if defined(__linux__)
+#include <sched.h>
+#endif
+int pin_team(const int32_t *cpus, int n) {
+#if defined(__linux__)
+    int failed = 0;
+#pragma omp parallel num_threads(n) reduction(+ : failed)
+    {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpus[omp_get_thread_num()], &set);
+        failed += sched_setaffinity(0, sizeof set, &set) != 0;
+    }
+    return failed;
+#else
+    (void)cpus;
+    (void)n;
+    return -1;
+#endif
+}
+
 enum { F32 = 0, BF16 = 1, I8 = 2, F8E4M3 = 3 };
 /* How a linear's activations are rounded before its GEMM, as ModelOpt calibrated them (native_kernels.ACT_QUANT). */
 enum { ACT_NONE = 0, ACT_INT8 = 1, ACT_FP8 = 2 };
