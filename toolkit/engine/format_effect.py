@@ -79,6 +79,7 @@ def measure_format_effect(engine_dir: Path, reference_dir: Path, qformat: str, *
                           isl: int = 128, slices: int = 12, planner: dict[int, float] | None = None) -> FormatEffect:
     """Decode steps at each of `batches` of the CPU engine built at `engine_dir` and of the unquantized model at
     `reference_dir` on the same engine options (activation and KV dtypes), alternating; a few seconds each."""
+    from toolkit.engine.runtime.cpu_binding import bound, engine_binding
     from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR, ENGINE_CONFIG_FILE
     from toolkit.engine.runtime.model_runner import ModelRunner
     from toolkit.engine.runtime.step_timing import alternating_decode_steps
@@ -89,15 +90,18 @@ def measure_format_effect(engine_dir: Path, reference_dir: Path, qformat: str, *
     options = dict(num_blocks=max(batches) * -(-(isl + 256) // block), block_size=block,
                    dtype=limits.get("dtype", "auto"), kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
                    prompt_gemm_dtype=limits.get("prompt_gemm_dtype"))
-    served = ModelRunner(Path(engine_dir) / CHECKPOINT_SUBDIR, int4_activations=limits.get("int4_activations", "auto"),
-                         **options)
-    reference = ModelRunner(reference_dir, **options)
-    for runner in (served, reference):
-        runner.warm_up(max(batches), isl)
-    steps, reference_steps = {}, {}
-    for batch in batches:
-        step, reference_step = alternating_decode_steps([served, reference], isl, block, batch=batch, slices=slices)
-        steps[batch], reference_steps[batch] = round(step * 1e3, 3), round(reference_step * 1e3, 3)
+    # The runners bind the process as the served engine binds its own (cpu_binding.py); this one goes on to other work
+    # (and starts processes, which would inherit the binding), so it is undone after.
+    with bound(engine_binding()):
+        served = ModelRunner(Path(engine_dir) / CHECKPOINT_SUBDIR,
+                             int4_activations=limits.get("int4_activations", "auto"), **options)
+        reference = ModelRunner(reference_dir, **options)
+        for runner in (served, reference):
+            runner.warm_up(max(batches), isl)
+        steps, reference_steps = {}, {}
+        for batch in batches:
+            step, reference_step = alternating_decode_steps([served, reference], isl, block, batch=batch, slices=slices)
+            steps[batch], reference_steps[batch] = round(step * 1e3, 3), round(reference_step * 1e3, 3)
     return FormatEffect(qformat, served.weight_format, int(served.weight_bytes), int(reference.weight_bytes), isl,
                         steps, reference_steps, {b: r for b, r in (planner or {}).items() if b in steps})
 

@@ -110,7 +110,9 @@ class ModelRunner:
                  dtype: str = "auto", threads: int | None = None, device: str = "cpu", fp8_kernel: str = "auto",
                  native: bool = True, prompt_gemm_dtype: str | None = None, decode_graphs: str = "auto",
                  huge_pages: bool = True, int4_activations: str = "auto", numa: str | int = "auto"):
-        """threads, numa: on the CPU, the engine's threads and NUMA binding (cpu_binding.py; None: its default).
+        """threads, numa: on the CPU, the engine's threads and NUMA binding (cpu_binding.py; None: its default), applied
+        to the process and to the calling thread's OpenMP team: build the runner on the thread that steps it, and where
+        the process goes on to other work, inside cpu_binding.bound (format_effect.py).
         decode_graphs: "auto" replays decode steps from CUDA graphs on a GPU (cuda_graphs.py); "off" never;
         "padded" runs their padded step without capturing (how the CPU tests check what a graph replays).
         huge_pages: on the CPU, the linears' weights in one buffer on 2 MiB pages (weight_arena.py).
