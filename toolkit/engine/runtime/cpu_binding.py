@@ -165,7 +165,7 @@ def apply_binding(binding: CpuBinding) -> None:
     if binding.node is not None and hasattr(os, "sched_setaffinity"):
         _set_affinity(binding.cpus)
     torch.set_num_threads(binding.threads)
-    if binding.pinned:
+    if binding.pinned and hasattr(os, "sched_setaffinity"):  # Linux: elsewhere the OS places threads itself
         from toolkit.engine.runtime import native_kernels
 
         kernels = native_kernels.load()
