@@ -72,7 +72,7 @@ def test_small_vm_without_numa_takes_every_cpu():
     topo = CpuTopology({}, {0: frozenset({0, 1}), 1: frozenset({0, 1})})  # 2 vCPUs reported as one core's threads
     binding = choose_binding({0, 1}, topo)
     assert binding.node is None and binding.threads == 2 and binding.nodes_allowed == 1
-    assert choose_binding({0, 1}, topo, threads=1).threads == 1
+    assert choose_binding({0, 1}, topo, threads=1).describe() == "1 thread on CPUs 0-1"
 
 
 def test_a_node_without_allowed_cpus_is_refused_with_the_nodes_that_have_them():

@@ -9,6 +9,7 @@ Parameter counts used below (Llama family, from the published config.json shapes
 """
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -591,3 +592,35 @@ def test_plan_cli_gpu_defaults_table_and_errors(tmp_path):
     assert fp4.returncode == 1 and "fp4 tensor cores (Blackwell)" in fp4.stderr
     listing = toolkit("plan", "--list-gpus")
     assert "h200" in listing.stdout and "datasheet" in listing.stdout and "fp4 9000" in listing.stdout
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a default binding of more than one thread")
+def test_the_planner_probes_on_the_configs_threads_and_caches_each_binding_apart(tmp_path, monkeypatch):
+    """engine.cpu_threads / cpu_numa reach the probe the plan is made on (a plan for one thread predicts a one-thread
+    engine), each binding measured once into a cache of its own; a node the process cannot run on is refused."""
+    from toolkit.engine.runtime.cpu_binding import engine_binding
+    from toolkit.plan import cpu_probe
+    from toolkit.plan.stage import engine_binding_for
+
+    monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu_probe.json")
+    measured = []
+
+    def measure(binding=None, **_):  # the probe's own measurement is tested above; here, what it is asked to measure
+        measured.append(binding)
+        return {**PROBE, "version": cpu_probe.VERSION, "cpu": cpu_probe._cpu_name(), "cpus": os.cpu_count(),
+                "kernels": cpu_probe.kernels_digest(), "cpu_binding": binding.describe(), "threads": binding.threads}
+
+    monkeypatch.setattr(cpu_probe, "measure_cpu", measure)
+    one = engine_binding_for(CPU_CONFIG.model_copy(update={"engine": CPU_CONFIG.engine.model_copy(
+        update={"cpu_threads": 1})}))
+    assert one.threads == 1 and engine_binding_for(CPU_CONFIG) == engine_binding()
+    assert hardware_spec("cpu", binding=one).probe["threads"] == 1
+    assert hardware_spec("cpu").probe["cpu_binding"] == engine_binding().describe()
+    assert measured == [one, engine_binding()]
+    assert cpu_probe.cache_path(engine_binding()) == cpu_probe.CACHE and cpu_probe.CACHE.is_file()
+    assert cpu_probe.cache_path(one) != cpu_probe.CACHE and cpu_probe.cache_path(one).is_file()
+    hardware_spec("cpu", binding=one), hardware_spec("cpu")
+    assert len(measured) == 2  # each read back from its own cache
+    far = CPU_CONFIG.model_copy(update={"engine": CPU_CONFIG.engine.model_copy(update={"cpu_numa": 63})})
+    with pytest.raises(ToolkitError, match="node 63 has none of the CPUs"):
+        engine_binding_for(far)

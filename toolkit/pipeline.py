@@ -199,7 +199,8 @@ def format_effect(config: DeploymentConfig, layout: ArtifactLayout, run_dir: Pat
     loaded = max(config.sweep.concurrencies) if config.sweep.mode == "concurrency" else config.engine.max_batch_size
     batches = tuple(sorted({1, min(loaded, config.engine.max_batch_size, 16)}))
     effect = measure_format_effect(layout.engine_dir, ensure_model(config, layout), qformat, batches=batches,
-                                   planner=planner_ratios(_plan_of(config, spec, run_dir), qformat))
+                                   planner=planner_ratios(_plan_of(config, spec, run_dir), qformat),
+                                   threads=config.engine.cpu_threads, numa=config.engine.cpu_numa)
     if run_dir is not None:
         write_format_effect(effect, run_dir)
     return effect

@@ -76,9 +76,11 @@ def refuse_what_memory_cannot_hold(params: int) -> None:
 
 
 def measure_format_effect(engine_dir: Path, reference_dir: Path, qformat: str, *, batches: tuple[int, ...] = (1,),
-                          isl: int = 128, slices: int = 12, planner: dict[int, float] | None = None) -> FormatEffect:
+                          isl: int = 128, slices: int = 12, planner: dict[int, float] | None = None,
+                          threads: int | None = None, numa: str | int = "auto") -> FormatEffect:
     """Decode steps at each of `batches` of the CPU engine built at `engine_dir` and of the unquantized model at
-    `reference_dir` on the same engine options (activation and KV dtypes), alternating; a few seconds each."""
+    `reference_dir` on the same engine options (activation and KV dtypes; threads and NUMA binding as the served
+    engine's, engine.cpu_threads / cpu_numa), alternating; a few seconds each."""
     from toolkit.engine.runtime.cpu_binding import bound, engine_binding
     from toolkit.engine.runtime.layout import CHECKPOINT_SUBDIR, ENGINE_CONFIG_FILE
     from toolkit.engine.runtime.model_runner import ModelRunner
@@ -89,10 +91,10 @@ def measure_format_effect(engine_dir: Path, reference_dir: Path, qformat: str, *
     kv_dtype = limits.get("kv_cache_dtype") or "none"
     options = dict(num_blocks=max(batches) * -(-(isl + 256) // block), block_size=block,
                    dtype=limits.get("dtype", "auto"), kv_cache_dtype="auto" if kv_dtype == "none" else kv_dtype,
-                   prompt_gemm_dtype=limits.get("prompt_gemm_dtype"))
+                   prompt_gemm_dtype=limits.get("prompt_gemm_dtype"), threads=threads, numa=numa)
     # The runners bind the process as the served engine binds its own (cpu_binding.py); this one goes on to other work
     # (and starts processes, which would inherit the binding), so it is undone after.
-    with bound(engine_binding()):
+    with bound(engine_binding(numa, threads)):
         served = ModelRunner(Path(engine_dir) / CHECKPOINT_SUBDIR,
                              int4_activations=limits.get("int4_activations", "auto"), **options)
         reference = ModelRunner(reference_dir, **options)

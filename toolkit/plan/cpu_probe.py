@@ -594,32 +594,45 @@ def kernels_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def _still_this_machine(cached: dict) -> bool:
+def _still_this_machine(cached: dict, binding) -> bool:
     """A cache measured by another probe version, CPU model or core count (a home directory shared
-    across machines, a resized VM), on other kernels, or on other CPUs or threads than the engine would take now
-    (another taskset or cpuset), is measured again."""
-    from toolkit.engine.runtime.cpu_binding import engine_binding
-
+    across machines, a resized VM), on other kernels, or on other CPUs or threads than `binding` (another taskset or
+    cpuset, or a config's engine.cpu_threads / cpu_numa) is measured again."""
     return (cached.get("version") == VERSION and cached.get("cpu") == _cpu_name()
             and cached.get("cpus") == os.cpu_count() and cached.get("kernels") == kernels_digest()
-            and cached.get("cpu_binding") == engine_binding().describe())
+            and cached.get("cpu_binding") == binding.describe())
 
 
-def cpu_probe(refresh: bool = False) -> dict:
-    """The cached probe, measured now if absent, outdated, from another machine, or asked for (`refresh`)."""
-    if CACHE.is_file() and not refresh:
+def cache_path(binding) -> Path:
+    """Where the probe on `binding` is cached: CACHE for the engine's default binding, beside it for others (a config
+    with engine.cpu_threads: 1 gets its own, and planning it does not measure the default's again)."""
+    from toolkit.engine.runtime.cpu_binding import engine_binding
+
+    if binding == engine_binding():
+        return CACHE
+    return CACHE.with_name(f"{CACHE.stem}-{hashlib.sha256(binding.describe().encode()).hexdigest()[:10]}.json")
+
+
+def cpu_probe(refresh: bool = False, binding=None) -> dict:
+    """The cached probe on `binding` (cpu_binding.CpuBinding; None: the engine's default), measured now if absent,
+    outdated, from another machine, or asked for (`refresh`)."""
+    from toolkit.engine.runtime.cpu_binding import engine_binding
+
+    binding = binding or engine_binding()
+    path = cache_path(binding)
+    if path.is_file() and not refresh:
         try:
-            cached = json.loads(CACHE.read_text())
+            cached = json.loads(path.read_text())
         except json.JSONDecodeError:
             cached = {}
-        if _still_this_machine(cached):
+        if _still_this_machine(cached, binding):
             return cached
     # The one line a user sees while waiting: measuring takes seconds, and only happens once.
-    print(f"probing this CPU for the planner (memory bandwidth, kernel rates; cached in {CACHE}) ...",
-          file=sys.stderr, flush=True)
-    result = measure_cpu()
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    CACHE.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"probing this CPU for the planner on {binding.describe()} (memory bandwidth, kernel rates; cached in "
+          f"{path}) ...", file=sys.stderr, flush=True)
+    result = measure_cpu(binding=binding)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -648,5 +661,5 @@ def spec_from_probe(probe: dict, step_overhead_s: float = DEFAULT_STEP_OVERHEAD_
                         step_overhead_s=step_overhead_s, probe=probe)
 
 
-def cpu_spec(refresh: bool = False) -> HardwareSpec:
-    return spec_from_probe(cpu_probe(refresh))
+def cpu_spec(refresh: bool = False, binding=None) -> HardwareSpec:
+    return spec_from_probe(cpu_probe(refresh, binding))

@@ -62,12 +62,13 @@ def catalog_gpu(name: str) -> HardwareSpec:
     return GPUS[key]
 
 
-def hardware_spec(name: str, reprobe: bool = False) -> HardwareSpec:
-    """A catalog GPU, or `cpu`: this machine as the probe measured it (cached; `reprobe` measures again)."""
+def hardware_spec(name: str, reprobe: bool = False, binding=None) -> HardwareSpec:
+    """A catalog GPU, or `cpu`: this machine as the probe measured it on `binding` (the CPU engine's CPUs and threads,
+    cpu_binding.CpuBinding; None: its default) (cached; `reprobe` measures again)."""
     if is_cpu(name):
         from toolkit.plan.cpu_probe import cpu_spec  # the probe imports torch: only when asked for
 
-        return cpu_spec(refresh=reprobe)
+        return cpu_spec(refresh=reprobe, binding=binding)
     return catalog_gpu(name)
 
 

@@ -74,6 +74,17 @@ def default_plan_dir(build_dir: Path, spec: ModelSpec, device: str) -> Path:
     return Path(build_dir) / "plans" / f"{spec.name}-{device.lower()}"
 
 
+def engine_binding_for(config: DeploymentConfig):
+    """The CPUs and threads the CPU engine takes under `config` (engine.cpu_threads, engine.cpu_numa): what the planner
+    probes this machine on, so that a plan for one thread predicts one thread's engine."""
+    from toolkit.engine.runtime.cpu_binding import engine_binding
+
+    try:
+        return engine_binding(config.engine.cpu_numa, config.engine.cpu_threads)
+    except ValueError as exc:  # a NUMA node this process cannot run on: the message names the nodes it can
+        raise ToolkitError(str(exc), "set engine.cpu_numa to one of those nodes, or auto / off") from None
+
+
 def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | None = None, reprobe: bool = False,
                     step_overhead_ms: float | None = None, checkpoint_dir: str | Path | None = None,
                     **flags) -> dict:
@@ -86,7 +97,7 @@ def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | Non
         flags["weights"] = flags.get("weights") or qformat
         if kv != "none":
             flags["kv_dtype"] = flags.get("kv_dtype") or kv
-    hw = hardware_spec(device, reprobe=reprobe)
+    hw = hardware_spec(device, reprobe=reprobe, binding=engine_binding_for(config) if is_cpu(device) else None)
     if hw.kind == "cpu":
         overhead = config.plan.cpu_step_overhead_ms if step_overhead_ms is None else step_overhead_ms
         hw = cpu_hardware(hw, None if overhead is None else overhead / 1e3, spec)

@@ -52,7 +52,8 @@ class CpuBinding:
 
     def describe(self) -> str:
         where = f"NUMA node {self.node} of {self.nodes_allowed}, " if self.node is not None else ""
-        return f"{self.threads} threads{', one per core,' if self.pinned else ''} on {where}CPUs {cpu_list(self.cpus)}"
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}{', one per core,' if self.pinned else ''}"
+        return f"{threads} on {where}CPUs {cpu_list(self.cpus)}"
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:
