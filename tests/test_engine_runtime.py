@@ -79,7 +79,8 @@ def test_stream_interval_hands_tokens_over_at_the_first_every_nth_and_the_last_s
         assert [t for chunk in chunks[i] for t in chunk] == alone(prompt, 11)
         assert [len(chunk) for chunk in chunks[i]] == [1, 2, 3, 3, 2]  # steps 1 | 2-3 | 4-6 | 7-9 | 10-11, the end
     assert engine.describe()["stream_interval"] == 3
-    assert engine.describe()["cpu_binding"].startswith(f"{engine.describe()['threads']} threads on ")  # CPUs, node
+    binding = engine.runner.cpu_binding  # where it runs: threads, CPUs, NUMA node
+    assert engine.describe()["cpu_binding"] == binding.describe() and engine.describe()["threads"] == binding.threads
     with pytest.raises(ValueError, match="stream_interval 0"):
         make_engine(stream_interval=0)
 

@@ -149,8 +149,10 @@ class Engine:
                 "prompt_gemm_dtype": getattr(runner, "prompt_gemm_dtype", None),
                 "kv_cache_dtype": getattr(cache, "kv_cache_dtype", None),
                 "device": str(getattr(runner, "device", "cpu")),
-                "threads": torch.get_num_threads(),
-                "cpu_binding": binding.describe() if (binding := getattr(runner, "cpu_binding", None)) else None,
+                # the runner's own binding (torch's count is the process's, which another runner may have set since)
+                "threads": binding.threads if (binding := getattr(runner, "cpu_binding", None)) else
+                torch.get_num_threads(),
+                "cpu_binding": binding.describe() if binding else None,
                 "startup_seconds": self.startup_seconds,
                 "enable_chunked_context": c.enable_chunked_context, "enable_kv_cache_reuse": c.enable_kv_cache_reuse,
                 "batch_scheduler_policy": c.batch_scheduler_policy, "max_draft_len": c.max_draft_len,
