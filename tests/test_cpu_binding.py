@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from toolkit.errors import ToolkitError
+
 from toolkit.engine.runtime.cpu_binding import (
     CpuTopology,
     apply_binding,
@@ -76,9 +78,9 @@ def test_small_vm_without_numa_takes_every_cpu():
 
 
 def test_a_node_without_allowed_cpus_is_refused_with_the_nodes_that_have_them():
-    with pytest.raises(ValueError, match=r"node 3 has none of the CPUs.*0 \(CPUs 0-15,32-47\), 1 \(CPUs 16-31"):
+    with pytest.raises(ToolkitError, match=r"node 3 has none of the CPUs.*0 \(CPUs 0-15,32-47\), 1 \(CPUs 16-31"):
         choose_binding(range(64), two_sockets(), numa=3)
-    with pytest.raises(ValueError, match="not auto, off or a NUMA node number"):
+    with pytest.raises(ToolkitError, match="'interleave' is not a setting"):
         choose_binding(range(4), two_sockets(), numa="interleave")
 
 

@@ -617,8 +617,9 @@ def test_the_planner_probes_on_the_configs_threads_and_caches_each_binding_apart
     assert hardware_spec("cpu", binding=one).probe["threads"] == 1
     assert hardware_spec("cpu").probe["cpu_binding"] == engine_binding().describe()
     assert measured == [one, engine_binding()]
-    assert cpu_probe.cache_path(engine_binding()) == cpu_probe.CACHE and cpu_probe.CACHE.is_file()
-    assert cpu_probe.cache_path(one) != cpu_probe.CACHE and cpu_probe.cache_path(one).is_file()
+    default = engine_binding()
+    assert cpu_probe.cache_path(default, default) == cpu_probe.CACHE and cpu_probe.CACHE.is_file()
+    assert cpu_probe.cache_path(one, default) != cpu_probe.CACHE and cpu_probe.cache_path(one, default).is_file()
     hardware_spec("cpu", binding=one), hardware_spec("cpu")
     assert len(measured) == 2  # each read back from its own cache
     far = CPU_CONFIG.model_copy(update={"engine": CPU_CONFIG.engine.model_copy(update={"cpu_numa": 63})})

@@ -603,12 +603,10 @@ def _still_this_machine(cached: dict, binding) -> bool:
             and cached.get("cpu_binding") == binding.describe())
 
 
-def cache_path(binding) -> Path:
-    """Where the probe on `binding` is cached: CACHE for the engine's default binding, beside it for others (a config
+def cache_path(binding, default) -> Path:
+    """Where the probe on `binding` is cached: CACHE for the engine's `default` binding, beside it for others (a config
     with engine.cpu_threads: 1 gets its own, and planning it does not measure the default's again)."""
-    from toolkit.engine.runtime.cpu_binding import engine_binding
-
-    if binding == engine_binding():
+    if binding == default:
         return CACHE
     return CACHE.with_name(f"{CACHE.stem}-{hashlib.sha256(binding.describe().encode()).hexdigest()[:10]}.json")
 
@@ -618,8 +616,9 @@ def cpu_probe(refresh: bool = False, binding=None) -> dict:
     outdated, from another machine, or asked for (`refresh`)."""
     from toolkit.engine.runtime.cpu_binding import engine_binding
 
-    binding = binding or engine_binding()
-    path = cache_path(binding)
+    default = engine_binding()
+    binding = binding or default
+    path = cache_path(binding, default)
     if path.is_file() and not refresh:
         try:
             cached = json.loads(path.read_text())

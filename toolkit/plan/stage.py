@@ -79,10 +79,7 @@ def engine_binding_for(config: DeploymentConfig):
     probes this machine on, so that a plan for one thread predicts one thread's engine."""
     from toolkit.engine.runtime.cpu_binding import engine_binding
 
-    try:
-        return engine_binding(config.engine.cpu_numa, config.engine.cpu_threads)
-    except ValueError as exc:  # a NUMA node this process cannot run on: the message names the nodes it can
-        raise ToolkitError(str(exc), "set engine.cpu_numa to one of those nodes, or auto / off") from None
+    return engine_binding(config.engine.cpu_numa, config.engine.cpu_threads)
 
 
 def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | None = None, reprobe: bool = False,

@@ -25,8 +25,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.errors import ToolkitError
+
 log = logging.getLogger(__name__)
 SYSFS = Path("/sys/devices/system")
+CAN_BIND = hasattr(os, "sched_setaffinity")  # Linux; elsewhere the OS places the process and its threads itself
 # From this many logical CPUs on, one thread per physical core (below it, every CPU: a small VM's vCPUs may be
 # reported as siblings of one core while the host runs them on two).
 PHYSICAL_CORES_FROM = 8
@@ -100,7 +103,7 @@ def read_topology(root: Path = SYSFS) -> CpuTopology:
 
 
 def allowed_cpus() -> frozenset[int]:
-    if hasattr(os, "sched_getaffinity"):
+    if CAN_BIND:
         return frozenset(os.sched_getaffinity(0))
     return frozenset(range(os.cpu_count() or 1))
 
@@ -121,15 +124,16 @@ def choose_binding(allowed, topology: CpuTopology, *, numa: str | int = "auto",
     if isinstance(numa, int) and not isinstance(numa, bool):
         if numa not in by_node:
             known = ", ".join(f"{n} (CPUs {cpu_list(c)})" for n, c in by_node.items()) or "none readable"
-            raise ValueError(f"engine.cpu_numa: node {numa} has none of the CPUs this process may run on "
-                             f"({cpu_list(allowed)}); its nodes with them: {known}. Set another node, or auto / off")
+            raise ToolkitError(f"engine.cpu_numa: node {numa} has none of the CPUs this process may run on "
+                               f"({cpu_list(allowed)}); its nodes with them: {known}",
+                               "set engine.cpu_numa to one of those nodes, or auto / off")
         node, cpus = numa, by_node[numa]
     elif numa == "auto":
         if len(by_node) > 1:
             node = max(by_node, key=lambda n: (topology.core_count(by_node[n]), -n))
             cpus = by_node[node]
     elif numa != "off":
-        raise ValueError(f"engine.cpu_numa {numa!r} is not auto, off or a NUMA node number")
+        raise ToolkitError(f"engine.cpu_numa {numa!r} is not a setting", "set auto, off or a NUMA node number")
     pinned = None
     if threads is None and len(cpus) >= PHYSICAL_CORES_FROM:
         # one thread per physical core, each bound to its core's first CPU (numa off: left to the scheduler too)
@@ -163,10 +167,10 @@ def apply_binding(binding: CpuBinding) -> None:
     puts them on the node."""
     import torch
 
-    if binding.node is not None and hasattr(os, "sched_setaffinity"):
+    if binding.node is not None and CAN_BIND:
         _set_affinity(binding.cpus)
     torch.set_num_threads(binding.threads)
-    if binding.pinned and hasattr(os, "sched_setaffinity"):  # Linux: elsewhere the OS places threads itself
+    if binding.pinned and CAN_BIND:
         from toolkit.engine.runtime import native_kernels
 
         kernels = native_kernels.load()
@@ -187,6 +191,6 @@ def bound(binding: CpuBinding):
     try:
         yield binding
     finally:
-        if (binding.node is not None or binding.pinned) and hasattr(os, "sched_setaffinity"):
+        if (binding.node is not None or binding.pinned) and CAN_BIND:
             _set_affinity(mask)
         torch.set_num_threads(threads)

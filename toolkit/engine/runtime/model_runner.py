@@ -16,12 +16,7 @@ from dataclasses import dataclass
 
 from toolkit.engine.runtime.checkpoint import LinearWeights, load_checkpoint
 from toolkit.engine.runtime.cpu_binding import apply_binding, engine_binding
-from toolkit.engine.runtime.kernels import (
-    DenseLinear,
-    KernelChoice,
-    can_fuse,
-    make_linear,
-)
+from toolkit.engine.runtime.kernels import DenseLinear, KernelChoice, can_fuse, make_linear
 from toolkit.engine.runtime.kv_cache import PagedKVCache
 from toolkit.engine.runtime.step import StepInput
 
