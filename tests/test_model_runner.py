@@ -440,13 +440,13 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
                     "stay in Python")
     assert one_call.decoder is not None
     # On an AVX512-BF16 + VNNI CPU without AMX every format's layers run in one OpenMP region, each thread on its own
-    # copies (decode_layers_team); on AVX2 too (fp8 served as int8 x int8 there); elsewhere a team per GEMM. Both the
-    # same bits as the Python-driven kernels.
+    # copies (decode_layers_team); on AVX2 too (fp8 served as int8 x int8 there); with AMX the int4 formats (their
+    # decode rows stay on VNNI), the others a team per GEMM (AMX tiles). All the same bits as the Python-driven kernels.
     native = one_call.native
-    team_formats = ({"none"} | ({"int4_awq", "w4a8_awq"} if native.has_int4_a8 else set())
-                    | ({"int8_sq"} if native.has_int8_vnni else set())
+    int4_team = {"int4_awq", "w4a8_awq"} if native.has_int4_a8 else set()
+    team_formats = ({"none"} | int4_team | ({"int8_sq"} if native.has_int8_vnni else set())
                     | ({"fp8"} if native.has_fp8_gemm or native.has_int8_a8 else set()))
-    one_region = qformat in team_formats and not native.has_amx and torch.get_num_threads() > 1
+    one_region = qformat in (int4_team if native.has_amx else team_formats) and torch.get_num_threads() > 1
     assert one_call.native.decode_in_one_region(one_call.decoder) == one_region
     one_call.decoder.desc.row_split_min = row_split_min
     python_driven.decoder = None

@@ -294,7 +294,7 @@ def test_linears_take_the_fused_gemm_for_few_rows_only(kernels, monkeypatch):
         if not hasattr(kernels, name):
             continue
         original = getattr(kernels, name)
-        monkeypatch.setattr(kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+        monkeypatch.setattr(kernels, name, lambda *a, _f=original, _n=name, **kw: calls.append(_n) or _f(*a, **kw))
     dense = linear_kernels.DenseLinear(torch.randn(64, 768), torch.bfloat16, kernels)
     int8 = linear_kernels.Int8Linear(torch.randint(-127, 128, (64, 768), dtype=torch.int8), torch.rand(64),
                                      torch.bfloat16, native=kernels)
@@ -396,6 +396,41 @@ def test_int4_on_amx_equals_the_avx512_int4_gemm(kernels):
         reference = kernels.gemm_int4(x, kernels.pack_int4(values), scales, 128).float()
         got = kernels.gemm_int4_amx(x, packed, scales.t().contiguous(), 128, 96).float()
         assert ((got - reference).abs() <= 2 ** -7 * reference.abs() + 1e-3 * reference.abs().max()).all()
+
+
+def test_int4_x_int8_on_amx_tiles_equals_the_vnni_kernel_bit_for_bit(kernels, monkeypatch):
+    """The int4 x int8 kernel's prompt chunks on AMX tiles (the same lanes layout, nibbles split into int8 tiles) sum
+    the same integers per 128 and scale them in its order: the same bits at decode and prompt row counts, partial
+    blocks of 16 outputs and of 16 rows, groups of 128 and 256, W4A8's fp8 rounding. And an INT4 linear on an AMX CPU
+    keeps that layout (not the bf16 tiles): decode rows on VNNI, from INT4_A8_AMX_ROWS rows on the tiles."""
+    import torch
+
+    from toolkit.engine.runtime import kernels as linear_kernels
+
+    _need_amx(kernels)
+    gen = torch.Generator().manual_seed(29)
+    for n, k, group in ((100, 768, 128), (64, 512, 256), (2304, 768, 128)):
+        values = torch.randint(-8, 8, (n, k), generator=gen, dtype=torch.int8)
+        scales = torch.rand(n, k // group, generator=gen) * 0.01 + 0.001
+        packed, lanes = kernels.pack_int4_lanes(values), kernels.lane_scales(scales)
+        for rows in (1, 15, 16, 17, 40, 129):
+            x = (torch.randn(rows, k, generator=gen) * 3).to(torch.bfloat16)
+            for fp8_scale in (None, 0.05):
+                vnni = kernels.gemm_int4_a8(x, packed, lanes, group, n, fp8_scale)
+                tiles = kernels.gemm_int4_a8(x, packed, lanes, group, n, fp8_scale, tiles=True)
+                assert torch.equal(vnni.view(torch.int16), tiles.view(torch.int16)), (n, k, group, rows, fp8_scale)
+    linear = linear_kernels.Int4Linear(torch.randint(-8, 8, (64, 768)), torch.rand(64, 6), 128, torch.bfloat16,
+                                       native=kernels)
+    assert linear.int8_activations and not linear.amx
+    tiled = []
+    original = kernels.gemm_int4_a8
+    monkeypatch.setattr(kernels, "gemm_int4_a8", lambda *a, tiles=False: tiled.append(tiles) or original(*a, tiles=tiles))
+    for rows in (1, linear_kernels.INT4_A8_AMX_ROWS - 1, linear_kernels.INT4_A8_AMX_ROWS, 128):
+        linear(torch.randn(rows, 768).to(torch.bfloat16))
+    assert tiled == [False, False, True, True]
+    bf16_acts = linear_kernels.Int4Linear(torch.randint(-8, 8, (64, 768)), torch.rand(64, 6), 128, torch.bfloat16,
+                                          native=kernels, int4_activations="bf16")
+    assert bf16_acts.amx  # int4_activations: bf16 keeps the bf16 tiles
 
 
 @pytest.mark.parametrize("in_features", [768, 200])
@@ -615,7 +650,7 @@ def test_int8_sq_weights_of_minus_128_keep_the_widening_kernel_where_the_integer
                                        native=kernels)
     if not kernels.has_int8_vnni:
         pytest.skip("no int8 x int8 kernel on this build")
-    assert linear.vnni == (not kernels.int8_weights_symmetric)
+    assert (linear.vnni or linear.amx) == (not kernels.int8_weights_symmetric)  # AMX's tiles take -128 too
     x = torch.randn(3, 768).to(torch.bfloat16)
     q = torch.clamp(torch.round(x.float() / 0.02), -128, 127) * 0.02
     expected = q @ (values.float() * linear.scales_fp32[:, None]).t()

@@ -3,10 +3,12 @@
   dense  bf16 (or fp32) weights: on a CPU with AMX, in tiles on the C AMX GEMM at every row count (decode and
          prefill); else the C few-row GEMM (AVX512-BF16, or AVX2 + FMA) for decode, `F.linear` above (in fp32 where this CPU runs
          that faster: `prefill_in_fp32`)
-  int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: with AMX, widened tile by tile into bf16 tiles,
-         group scales applied to each group's sums, at every row count; else with VNNI (or AVX2) the C int4 x int8 GEMM
-         (16 output rows side by side) at every row count, without it the C GEMM with bf16 activations (AVX512-BF16,
-         or AVX2 + FMA) up to 31 rows and prefill widened to bf16; without the C kernels `torch._weight_int4pack_mm_for_cpu`
+  int4   packed int4 with group scales — INT4-AWQ, W4A8-AWQ: with VNNI (or AVX2) the C int4 x int8 GEMM (16 output
+         rows side by side) at every row count, its prompt chunks on AMX tiles where the CPU has them (the same bits);
+         with bf16 activations (int4_activations: bf16, or no VNNI) on AMX widened tile by tile into bf16 tiles,
+         group scales applied to each group's sums, at every row count, else the C GEMM with bf16 activations
+         (AVX512-BF16, or AVX2 + FMA) up to 31 rows and prefill widened to bf16; without the C kernels
+         `torch._weight_int4pack_mm_for_cpu`
   int8   int8 weights, per-channel scales — INT8 SmoothQuant: int8 x int8 on AMX tiles at every row count where
          the CPU has them, else on VNNI at every row count, 16 output rows side by side (all exact in integers:
          the same output on every path; AVX2 without VNNI: the same integers on vpmaddubsw); the C widening GEMM
@@ -59,6 +61,9 @@ NATIVE_FP8_ROWS = 16  # FP8's kernel: bf16 dot products as the bf16 GEMM's, on h
 # `small` they ran the 16 layers' GEMMs at 128 rows in 17 ms (bf16) and 14 (int8) where oneDNN's took 28 and 23,
 # flat from 2 to 16 rows at ~6 ms (bf16) where the AVX512-BF16 kernel went from 9 to 18 (2026-11-24, Xeon).
 AMX_ROWS = 1 << 20
+# From this many rows the int4 x int8 kernel runs on AMX tiles where the CPU has them (gemm_int4_a8_amx: the same
+# weights and output bits; decode rows stay on VNNI, which ran `small`'s steps 1.1-2.3x as fast as AMX's bf16 tiles)
+INT4_A8_AMX_ROWS = 16
 _warned: set[str] = set()
 
 
@@ -254,7 +259,8 @@ class DenseLinear(Linear):
 class Int4Linear(Linear):
     """Packed int4 (two per byte), per-group scales, zero point 0. With the fused C kernels, in their layout: with
     int8 activations (VNNI), pack_int4_lanes (16 output rows side by side) and the int4 x int8 kernel for decode
-    rows and prompt chunks alike; with bf16 activations, native_kernels.pack_int4, decode rows on the int4 GEMM and
+    rows and prompt chunks alike (chunks on AMX tiles where the CPU has them); with bf16 activations on an AMX CPU,
+    pack_amx_int4's bf16 tiles at every row count; else native_kernels.pack_int4, decode rows on the int4 GEMM and
     prompt chunks on the weights widened to bf16 per call (twice as fast as torch's int4 kernel at 128 rows).
     Otherwise torch's CPU tile layout and `_weight_int4pack_mm_for_cpu`."""
 
@@ -276,13 +282,13 @@ class Int4Linear(Linear):
         if (native is not None and native.has_bf16_gemm and dtype == torch.bfloat16 and values.device.type == "cpu"
                 and native.int4_packable(self.in_features, group_size)):
             self.native = native
-            if native.amx_packable(values, "bf16"):  # in AMX tiles only, at every row count
+            self.int8_activations = _int8_activations(native, act_quant, group_size, int4_activations)
+            if not self.int8_activations and native.amx_packable(values, "bf16"):  # in AMX tiles, every row count
                 self.amx = True
                 self.packed = native.pack_amx_int4(values)
                 self.group_scales = scales.float().t().contiguous()  # [in / group, out]: 16 outputs' scales in a row
                 self.weight_bytes = self.packed.numel() + self.group_scales.numel() * 4
                 return
-            self.int8_activations = _int8_activations(native, act_quant, group_size, int4_activations)
             if self.int8_activations:  # output rows in the vector lanes (gemm_int4_a8, decode_kernels.c)
                 self.weight_format += "-int8act"
                 self.packed, self.scales_fp32 = native.pack_int4_lanes(values), native.lane_scales(scales)
@@ -309,8 +315,10 @@ class Int4Linear(Linear):
             # for the dense bf16 GEMM, and a row's output the same in either), W4A8's fp8 rounding inside its pass
             # (int4's act_quant is None or fp8: checkpoint.QUANT_ALGOS)
             fp8_scale = self.input_scale_value if self.act_quant == "fp8" else None
-            y = self.native.gemm_int4_a8(x.reshape(-1, shape[-1]), self.packed, self.scales_fp32, self.group_size,
-                                         self.out_features, fp8_scale)
+            x2 = x.reshape(-1, shape[-1])
+            tiles = self.native.has_int4_a8_amx and x2.shape[0] >= INT4_A8_AMX_ROWS
+            y = self.native.gemm_int4_a8(x2, self.packed, self.scales_fp32, self.group_size, self.out_features,
+                                         fp8_scale, tiles=tiles)
             return y.reshape(*shape[:-1], self.out_features)
         if self.act_quant is not None and self.native is not None:  # in C, as the fp8 and INT8-SQ prompt rows
             x = self.native.round_activations(x, self.act_quant, self.input_scale_value)

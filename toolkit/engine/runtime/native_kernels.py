@@ -275,6 +275,9 @@ class NativeKernels:
         if self.has_int4_a8:
             library.gemm_int4_a8.argtypes = [*library.gemm_int4.argtypes, c.c_float]
             library.gemm_int4_a8.restype = None
+        if self.has_amx and self.has_int4_a8:  # see has_int4_a8_amx
+            library.gemm_int4_a8_amx.argtypes = library.gemm_int4_a8.argtypes
+            library.gemm_int4_a8_amx.restype = None
         library.gemm_int8_a8_available.restype = c.c_int
         self.has_int8_a8 = bool(library.gemm_int8_a8_available())  # fp8 served as int8 x int8 (VNNI or AVX2)
         if self.has_int8_a8:
@@ -290,6 +293,12 @@ class NativeKernels:
         for fn in (library.rms_norm, library.add_rms_norm, library.silu_mul, library.rope, library.decode_attention, library.gemm_int8,
                    library.gemm_bf16, library.gemm_int4, library.unpack_int4):
             fn.restype = None
+
+    @property
+    def has_int4_a8_amx(self) -> bool:
+        """Whether the int4 x int8 kernel's prompt chunks can run on AMX tiles, from the same weights (gemm_int4_a8's
+        `tiles`)."""
+        return self.has_amx and self.has_int4_a8
 
     def pin_team(self, cpus) -> int:
         """The calling thread's OpenMP team bound one thread to each of `cpus` (csrc: pin_team); how many could not be
@@ -609,14 +618,16 @@ class NativeKernels:
         groups = scales.shape[1]
         return _padded_rows(scales.float()).reshape(-1, 16, groups).permute(0, 2, 1).reshape(-1, groups).contiguous()
 
-    def gemm_int4_a8(self, x, packed, scales, group_size: int, n: int, fp8_scale: float | None = None):
+    def gemm_int4_a8(self, x, packed, scales, group_size: int, n: int, fp8_scale: float | None = None,
+                     tiles: bool = False):
         """x bf16 [M, K] (first rounded to fp8 at fp8_scale where given: W4A8) rounded to int8 per 128 of K, times
-        pack_int4_lanes' weights with lane_scales' scales, on VNNI → bf16 [M, n]."""
+        pack_int4_lanes' weights with lane_scales' scales, on VNNI → bf16 [M, n]. tiles (where has_int4_a8_amx): on
+        AMX tiles instead, the same output bits."""
         import torch
 
         x = x.contiguous()
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
-        self._lib.gemm_int4_a8(x.data_ptr(), x.shape[0], packed.shape[1] * 2, packed.data_ptr(), scales.data_ptr(),
+        (self._lib.gemm_int4_a8_amx if tiles else self._lib.gemm_int4_a8)(x.data_ptr(), x.shape[0], packed.shape[1] * 2, packed.data_ptr(), scales.data_ptr(),
                                group_size, n, y.data_ptr(), fp8_scale or 0.0)
         return y
 

@@ -2934,6 +2934,86 @@ void gemm_int4_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const 
             _mm256_storeu_si256((__m256i *)(y + m * N + n), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(acc + m * N + n)));
     free(acc);
 }
+
+/* gemm_int4_a8 on AMX tiles, for prompt chunks: the same weights (pack_int4_lanes), activations (a8_rows) and
+ * integers, so the same output bits. Why it fits: a lanes block's vector d holds in lane n the 4 bytes that pair
+ * with activation bytes 4d .. 4d + 3 of a 128's low nibbles (and 64 + 4d .. of its high ones), which is row d of
+ * an int8 B tile (16 outputs x 4 consecutive k, TDPBSSD's layout) once the nibbles are split: the low nibbles of
+ * one 128's 16 vectors are the tile for its activation bytes 0-63, the high ones for 64-127, and the activation rows
+ * in a8_rows' order are the A tile as they lie. Each 128's int32 sums (nibbles q + 8, from -8 sum x as the VNNI
+ * kernel starts them) leave the tiles into the same fp32 FMA per output as int4_lanes_block's. Decode rows stay on
+ * that VNNI kernel (a step of `small` at 1 / 4 / 16 sequences 1.65 / 2.31 / 7.97 ms there against 2.24 / 5.40 / 8.84
+ * on the bf16-tile kernel, gemm_int4_amx, 2026-11-28 Xeon): the tile unit pays at prompt chunks. */
+#if defined(HAVE_GEMM_INT4_A8)
+void gemm_int4_a8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
+                      uint16_t *y, float fp8_scale) {
+    const a8_rows_t r = a8_rows(x, M, K, fp8_scale);
+    const int64_t chunks = K / 128, groups = K / group, per_group = group / 128, nb = (N + 15) / 16;
+    #pragma omp parallel
+    {
+        int32_t c[16 * 16] __attribute__((aligned(64)));
+        float f[4][16][16] __attribute__((aligned(64)));
+        int configured = -1;
+        /* the split nibbles of this thread's 4 blocks, every 128 of K: made by the first 16 rows, read by the rest */
+        uint8_t *split = (uint8_t *)aligned_alloc(64, (size_t)chunks * 4 * 2048);
+        const __m512i low = _mm512_set1_epi8(15);
+        #pragma omp for schedule(static)
+        for (int64_t g = 0; g < (nb + 3) / 4; g++) {
+            const int64_t j0 = g * 4;
+            const int count = nb - j0 < 4 ? (int)(nb - j0) : 4;
+            for (int64_t m0 = 0; m0 < M; m0 += 16) {
+                const int rows = (int)(M - m0 < 16 ? M - m0 : 16);
+                amx_configure(rows, &configured);
+                for (int j = 0; j < count; j++)
+                    for (int m = 0; m < rows; m++) _mm512_store_ps(f[j][m], _mm512_setzero_ps());
+                for (int64_t k = 0; k < chunks; k++) {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                    for (int half = 0; half < 2; half++) {
+                        _tile_loadd(4, r.xq + m0 * K + k * 128 + half * 64, K);
+                        for (int j = 0; j < count; j++) {
+                            uint8_t *tile = split + ((k * 4 + j) * 2 + half) * 1024;
+                            if (m0 == 0 && half == 0) {
+                                const uint8_t *src = w + ((j0 + j) * chunks + k) * 1024;
+                                for (int d = 0; d < 16; d++) {
+                                    _mm_prefetch((const char *)src + AMX_PREFETCH + 64 * d, _MM_HINT_T0);
+                                    const __m512i v = _mm512_loadu_si512((const void *)(src + 64 * d));
+                                    _mm512_store_si512((void *)(tile + 64 * d), _mm512_and_si512(v, low));
+                                    _mm512_store_si512((void *)(tile + 1024 + 64 * d),
+                                                       _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+                                }
+                            }
+                            if (j == 0) { _tile_loadd(5, tile, 64); _tile_dpbssd(0, 4, 5); }
+                            else if (j == 1) { _tile_loadd(6, tile, 64); _tile_dpbssd(1, 4, 6); }
+                            else if (j == 2) { _tile_loadd(5, tile, 64); _tile_dpbssd(2, 4, 5); }
+                            else { _tile_loadd(6, tile, 64); _tile_dpbssd(3, 4, 6); }
+                        }
+                    }
+                    for (int j = 0; j < count; j++) {
+                        AMX_STORE(j, c);
+                        const __m512 sw = _mm512_loadu_ps(scales + ((j0 + j) * groups + k / per_group) * 16);
+                        for (int m = 0; m < rows; m++) {
+                            const int64_t at = (m0 + m) * chunks + k;
+                            const __m512i sum = _mm512_add_epi32(_mm512_load_si512(c + 16 * m), _mm512_set1_epi32(r.x8[at]));
+                            _mm512_store_ps(f[j][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                                                     _mm512_mul_ps(sw, _mm512_set1_ps(r.xs[at])),
+                                                                     _mm512_load_ps(f[j][m])));
+                        }
+                    }
+                }
+                for (int j = 0; j < count; j++) {
+                    const int valid = N - 16 * (j0 + j) < 16 ? (int)(N - 16 * (j0 + j)) : 16;
+                    for (int m = 0; m < rows; m++) store_lanes(_mm512_load_ps(f[j][m]), y + (m0 + m) * N + 16 * (j0 + j), valid);
+                }
+            }
+        }
+        free(split);
+    }
+    free(r.xq);
+}
+#endif
 #else
 int amx_enable(void) { return 0; }
 #endif
