@@ -32,7 +32,8 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
   rest, where either holds 3 or more, as a step can be memory-bound in one state and compute-bound in the other.
 - step w/o GEMMs: the batch-1 decode step of the same model and format with its GEMMs and attention
   stubbed out (dispatch, norms, RoPE, activation rounding, KV writes): the step's fixed cost; the same at
-  the largest batch gives a cost per sequence.
+  the largest batch gives a cost per sequence; and the ISL-token prompt's with the same stubs (the table's
+  "prompt" figure, the TTFT floor's share beyond GEMMs and attention).
 - roofline: the planner's `cpu_decode_step_seconds` on the same probe (each format's weights at its
   kernel's probed read rate, few-row GEMMs at their probed rate, attention at the attention kernel's
   probed rate), plus those measured costs; "planner" is the same with the planner's own default
@@ -55,7 +56,10 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
 - TTFT's planner figure: the prefill floor (compute at the rate the probe measured for the format's
   kernel as prefill calls it: 128 rows, weights streamed, quantized formats widening per call), plus
   causal attention at the attention kernel's rate probed as a prompt calls it (every row over the same cache,
-  in L2 / L3; since probe version 30) and, per prompt token, the per-sequence step cost measured above.
+  in L2 / L3; since probe version 30) and what the prompt's step costs beyond its GEMMs and attention, measured
+  as the step's: the prefill timed with the same stubs (since 2026-11-28: a prompt's layers run from Python, op by
+  op, where a decode step is one C call, so a decoded sequence's cost per token, charged before, left a Xeon's
+  prefill 9 ms of 35 unaccounted for).
 - batch-1 step over bf16's, paired: every format's runner loaded side by side, ROUNDS rounds of one SLICE of
   batch-1 steps per format (order rotating), each round's ratio to bf16's slice tens of milliseconds before or
   after; the median and quartiles over rounds, and per memory state (a read after each round). The table's
@@ -385,6 +389,15 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     result["step_cost_ms"] = costs[1] * 1e3
     result["sequence_cost_ms"] = (max(0.0, (costs[max(batches)] - costs[1]) / (max(batches) - 1)) * 1e3
                                   if max(batches) > 1 else 0.0)
+    # ... and a prompt's, with the same stubs: the TTFT floor's cost beyond the GEMMs and attention
+    stubbed = []
+    for _ in range(max(3, repeats)):
+        sync()
+        t = time.perf_counter()
+        runner.forward(prefill(0))
+        sync()
+        stubbed.append(time.perf_counter() - t)
+    result["prefill_cost_ms"] = min(stubbed) * 1e3
     stolen_to = cpu_jiffies()
     if stolen_from and stolen_to and stolen_to[1] > stolen_from[1]:
         result["steal_pct"] = 100 * (stolen_to[0] - stolen_from[0]) / (stolen_to[1] - stolen_from[1])
@@ -770,8 +783,10 @@ def main() -> None:
         # what bounds its step at each batch, and the batch where the step turns compute-bound (engine_targets)
         r["planner_bound"] = {b: step.bound for b, step in planned.items()}
         r["crossover_batch"] = cpu_crossover_batch(spec, qformat, context, probe=probe)
-        r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=step_cost,
-                                                    sequence_overhead_s=per_sequence) * 1e3
+        # (the prompt's own cost beyond GEMMs and attention as measured, else the step's per token)
+        prefill_cost = (r["prefill_cost_ms"] / 1e3, 0.0) if given_step_cost is None else (step_cost, per_sequence)
+        r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=prefill_cost[0],
+                                                    sequence_overhead_s=prefill_cost[1]) * 1e3
         # The rate the planner charges the step's GEMMs at each batch, beside the rate they ran at in the step
         r["probe_gemm_gflops"] = {b: hardware.decode_peak_flops(weights_for(qformat), b, step_bytes) / 1e9
                                   for b in batches}
@@ -788,6 +803,7 @@ def main() -> None:
               + (f"; B={r['paired_growth']['batch']} over B=1, paired: {growth_cell(r['paired_growth'])}"
                  if "paired_growth" in r else "")
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence"
+              + f", the prompt's {r.get('prefill_cost_ms', float('nan')):.1f} ms"
               + (f"; CPU stolen by the hypervisor {r['steal_pct']:.1f} %" if "steal_pct" in r else "")
               + (f"; in the step, GEMM GFLOP/s (probe's) and attention ms: {_in_step_cell(r)}" if r["in_step"] else ""),
               flush=True)
@@ -858,7 +874,7 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
         batched = [f"{k} {_tok_s_ratios(peers[k]['batched'], itl)}" for k in PEER_FOR[q] if k in peers and peers[k].get("batched")]
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
                      + " | ".join(f"{itl[b]:.2f}" for b in batches)
-                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq"
+                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq; prompt {r.get('prefill_cost_ms', float('nan')):.1f}"
                      + f" | {r['floor_ms']:.2f} ({r['floor_bandwidth'] / 1e9:.1f}) | "
                      + f"{itl[batches[0]] / r['floor_ms']:.2f} | "
                      + (f"{_paired_cell(r['paired'])} | " if "paired" in r else "- | ")

@@ -465,6 +465,34 @@ def test_one_call_decode_step_equals_the_python_driven_kernels(quantized, tiny_m
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
+@pytest.mark.parametrize("qformat", ["int4_awq", "w4a8_awq"])
+def test_one_call_decode_step_at_18_sequences_equals_the_python_driven_kernels(quantized, qformat, threads_restored):
+    """From INT4_A8_AMX_ROWS rows the int4 x int8 GEMMs run on AMX tiles where the CPU has them, in the one-call step
+    (each thread its groups of 4 output blocks) and from Python alike; their outputs are the VNNI kernel's bits, so
+    18 sequences' decode steps give the same logits and KV bytes either way (elsewhere: the VNNI kernel, the same)."""
+    import torch
+
+    from toolkit.compile_native import find_compiler
+    from toolkit.engine.runtime.kernels import INT4_A8_AMX_ROWS
+
+    if find_compiler("c") is None:
+        pytest.skip("no C compiler here to build the fused kernels")
+    ckpt = quantized(qformat)[0]
+    one_call, python_driven = (_runner(ckpt, "auto", "auto", fp8_kernel="auto") for _ in range(2))
+    if one_call.decoder is None:
+        pytest.skip("this CPU has neither AVX512-BF16 nor AVX2 + FMA: steps stay in Python")
+    python_driven.decoder = None
+    seqs = 18
+    assert seqs > INT4_A8_AMX_ROWS
+    paged = PagedSequences(one_call.cache.num_blocks)
+    steps = [paged.step({s: [5 + s, 9, 13 + s] for s in range(seqs)})]
+    steps += [paged.step({s: [20 + s + i] for s in range(seqs)}) for i in range(3)]
+    for step in steps:
+        assert torch.equal(one_call.forward(step), python_driven.forward(step))
+    for a, b in zip(one_call.cache.k + one_call.cache.v, python_driven.cache.k + python_driven.cache.v, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
 def test_the_one_call_step_refuses_a_token_outside_the_vocabulary_and_writes_nothing(tiny_model_dir):
     """The C step looks tokens up itself: an id past the vocabulary (which torch's indexing would have refused) is a
     ValueError naming it, raised before any KV cache byte is written, not a read past the embedding table; where the

@@ -346,9 +346,10 @@ class Int4Linear(Linear):
             return NativeLinear(LIN_INT4_AMX, self.packed, self.out_features, self.in_features, AMX_ROWS,
                                 self.group_scales, group=self.group_size, act_quant=self.act_quant,
                                 input_scale=self.input_scale_value)
+        tile_rows = INT4_A8_AMX_ROWS if self.int8_activations and self.native.has_int4_a8_amx else 0
         return NativeLinear(LIN_INT4_A8 if self.int8_activations else LIN_INT4, self.packed, self.out_features,
                             self.in_features, WIDEN_ROWS - 1, self.scales_fp32, group=self.group_size,
-                            act_quant=self.act_quant, input_scale=self.input_scale_value)
+                            act_quant=self.act_quant, input_scale=self.input_scale_value, tile_rows=tile_rows)
 
 
 def _int8_activations(native, act_quant, group_size: int, int4_activations: str) -> bool:

@@ -51,7 +51,8 @@ AMX_K_STEP = {"bf16": 32, "int8": 64, "fp8": 32}
 class _LinearDesc(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("n", ctypes.c_int32), ("k", ctypes.c_int32), ("group", ctypes.c_int32),
                 ("act_quant", ctypes.c_int32), ("input_scale", ctypes.c_float), ("weight", ctypes.c_void_p),
-                ("scale", ctypes.c_void_p), ("weight_sums", ctypes.c_void_p), ("smooth", ctypes.c_void_p)]
+                ("scale", ctypes.c_void_p), ("weight_sums", ctypes.c_void_p), ("smooth", ctypes.c_void_p),
+                ("tile_rows", ctypes.c_int32)]
 
 
 class _LayerDesc(ctypes.Structure):
@@ -118,6 +119,7 @@ class NativeLinear:
     group: int = 0
     act_quant: str | None = None
     input_scale: float = 1.0
+    tile_rows: int = 0  # LIN_INT4_A8: from this many rows on AMX tiles (gemm_int4_a8_amx), 0: never
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ class DecodeModel:
     def _linear(lin: NativeLinear, smooth) -> _LinearDesc:
         ptr = DecodeModel._ptr
         return _LinearDesc(lin.kind, lin.n, lin.k, lin.group, ACT_QUANT[lin.act_quant], lin.input_scale,
-                           lin.weight.data_ptr(), ptr(lin.scale), ptr(lin.weight_sums), ptr(smooth))
+                           lin.weight.data_ptr(), ptr(lin.scale), ptr(lin.weight_sums), ptr(smooth), lin.tile_rows)
 
     def _layer(self, layer: NativeLayer) -> _LayerDesc:
         return _LayerDesc(self._linear(layer.qkv, None), self._linear(layer.o, layer.o_smooth),

@@ -2966,74 +2966,93 @@ void gemm_int4_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const 
  * that VNNI kernel (a step of `small` at 1 / 4 / 16 sequences 1.65 / 2.31 / 7.97 ms there against 2.24 / 5.40 / 8.84
  * on the bf16-tile kernel, gemm_int4_amx, 2026-11-28 Xeon): the tile unit pays at prompt chunks. */
 #if defined(HAVE_GEMM_INT4_A8)
-void gemm_int4_a8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
-                      uint16_t *y, float fp8_scale) {
-    const a8_rows_t r = a8_rows(x, M, K, fp8_scale);
-    const int64_t chunks = K / 128, groups = K / group, per_group = group / 128, nb = (N + 15) / 16;
-    #pragma omp parallel
-    {
-        int32_t c[16 * 16] __attribute__((aligned(64)));
-        float f[4][16][16] __attribute__((aligned(64)));
-        int configured = -1;
-        /* the split nibbles of this thread's 4 blocks, every 128 of K: made by the first 16 rows, read by the rest */
-        uint8_t *split = (uint8_t *)aligned_alloc(64, (size_t)chunks * 4 * 2048);
-        const __m512i low = _mm512_set1_epi8(15);
-        #pragma omp for schedule(static)
-        for (int64_t g = 0; g < (nb + 3) / 4; g++) {
-            const int64_t j0 = g * 4;
-            const int count = nb - j0 < 4 ? (int)(nb - j0) : 4;
-            const int64_t next_count = nb - j0 - 4 < 4 ? nb - j0 - 4 : 4;
-            group_ahead_t ahead = group_ahead(w + (j0 + 4) * chunks * 1024, next_count * chunks * 1024, (M - 1) / 16, chunks);
-            for (int64_t m0 = 0; m0 < M; m0 += 16) {
-                const int rows = (int)(M - m0 < 16 ? M - m0 : 16);
-                amx_configure(rows, &configured);
-                for (int j = 0; j < count; j++)
-                    for (int m = 0; m < rows; m++) _mm512_store_ps(f[j][m], _mm512_setzero_ps());
-                for (int64_t k = 0; k < chunks; k++) {
-                    if (m0 > 0) fetch_group_ahead(&ahead);
-                    _tile_zero(0);
-                    _tile_zero(1);
-                    _tile_zero(2);
-                    _tile_zero(3);
-                    for (int half = 0; half < 2; half++) {
-                        _tile_loadd(4, r.xq + m0 * K + k * 128 + half * 64, K);
-                        for (int j = 0; j < count; j++) {
-                            uint8_t *tile = split + ((k * 4 + j) * 2 + half) * 1024;
-                            if (m0 == 0 && half == 0) {
-                                const uint8_t *src = w + ((j0 + j) * chunks + k) * 1024;
-                                for (int d = 0; d < 16; d++) {
-                                    _mm_prefetch((const char *)src + AMX_PREFETCH + 64 * d, _MM_HINT_T0);
-                                    const __m512i v = _mm512_loadu_si512((const void *)(src + 64 * d));
-                                    _mm512_store_si512((void *)(tile + 64 * d), _mm512_and_si512(v, low));
-                                    _mm512_store_si512((void *)(tile + 1024 + 64 * d),
-                                                       _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
-                                }
-                            }
-                            if (j == 0) { _tile_loadd(5, tile, 64); _tile_dpbssd(0, 4, 5); }
-                            else if (j == 1) { _tile_loadd(6, tile, 64); _tile_dpbssd(1, 4, 6); }
-                            else if (j == 2) { _tile_loadd(5, tile, 64); _tile_dpbssd(2, 4, 5); }
-                            else { _tile_loadd(6, tile, 64); _tile_dpbssd(3, 4, 6); }
-                        }
-                    }
+#define HAVE_INT4_A8_TILES 1
+/* This thread's split nibbles (grown, never freed: the OpenMP threads live as long as the process, and a buffer of
+ * 100+ KiB from malloc at every call came from fresh pages each time) */
+static __thread uint8_t *int4_split;
+static __thread size_t int4_split_bytes;
+
+/* Output blocks b0 .. b1 - 1 (16 outputs each) of gemm_int4_a8_amx from a8_rows' activations, in groups of 4 blocks
+ * (4 accumulator tiles), rows in chunks of 16, on this thread. */
+static void int4_a8_tile_blocks(a8_rows_t r, int64_t M, int K, const uint8_t *w, const float *scales, int group,
+                                int N, uint16_t *y, int64_t b0, int64_t b1) {
+    const int64_t chunks = K / 128, groups = K / group, per_group = group / 128;
+    int32_t c[16 * 16] __attribute__((aligned(64)));
+    float f[4][16][16] __attribute__((aligned(64)));
+    int configured = -1;
+    /* the split nibbles of a group's 4 blocks, every 128 of K: made by the first 16 rows, read by the rest */
+    const size_t need = (size_t)chunks * 4 * 2048;
+    if (int4_split_bytes < need) {
+        free(int4_split);
+        int4_split = (uint8_t *)aligned_alloc(64, need);
+        int4_split_bytes = need;
+    }
+    uint8_t *split = int4_split;
+    const __m512i low = _mm512_set1_epi8(15);
+    for (int64_t j0 = b0; j0 < b1; j0 += 4) {
+        const int count = b1 - j0 < 4 ? (int)(b1 - j0) : 4;
+        const int64_t next_count = b1 - j0 - 4 < 4 ? b1 - j0 - 4 : 4;
+        group_ahead_t ahead = group_ahead(w + (j0 + 4) * chunks * 1024, next_count * chunks * 1024, (M - 1) / 16, chunks);
+        for (int64_t m0 = 0; m0 < M; m0 += 16) {
+            const int rows = (int)(M - m0 < 16 ? M - m0 : 16);
+            amx_configure(rows, &configured);
+            for (int j = 0; j < count; j++)
+                for (int m = 0; m < rows; m++) _mm512_store_ps(f[j][m], _mm512_setzero_ps());
+            for (int64_t k = 0; k < chunks; k++) {
+                if (m0 > 0) fetch_group_ahead(&ahead);
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int half = 0; half < 2; half++) {
+                    _tile_loadd(4, r.xq + m0 * K + k * 128 + half * 64, K);
                     for (int j = 0; j < count; j++) {
-                        AMX_STORE(j, c);
-                        const __m512 sw = _mm512_loadu_ps(scales + ((j0 + j) * groups + k / per_group) * 16);
-                        for (int m = 0; m < rows; m++) {
-                            const int64_t at = (m0 + m) * chunks + k;
-                            const __m512i sum = _mm512_add_epi32(_mm512_load_si512(c + 16 * m), _mm512_set1_epi32(r.x8[at]));
-                            _mm512_store_ps(f[j][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                                                     _mm512_mul_ps(sw, _mm512_set1_ps(r.xs[at])),
-                                                                     _mm512_load_ps(f[j][m])));
+                        uint8_t *tile = split + ((k * 4 + j) * 2 + half) * 1024;
+                        if (m0 == 0 && half == 0) {
+                            const uint8_t *src = w + ((j0 + j) * chunks + k) * 1024;
+                            for (int d = 0; d < 16; d++) {
+                                _mm_prefetch((const char *)src + AMX_PREFETCH + 64 * d, _MM_HINT_T0);
+                                const __m512i v = _mm512_loadu_si512((const void *)(src + 64 * d));
+                                _mm512_store_si512((void *)(tile + 64 * d), _mm512_and_si512(v, low));
+                                _mm512_store_si512((void *)(tile + 1024 + 64 * d),
+                                                   _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+                            }
                         }
+                        if (j == 0) { _tile_loadd(5, tile, 64); _tile_dpbssd(0, 4, 5); }
+                        else if (j == 1) { _tile_loadd(6, tile, 64); _tile_dpbssd(1, 4, 6); }
+                        else if (j == 2) { _tile_loadd(5, tile, 64); _tile_dpbssd(2, 4, 5); }
+                        else { _tile_loadd(6, tile, 64); _tile_dpbssd(3, 4, 6); }
                     }
                 }
                 for (int j = 0; j < count; j++) {
-                    const int valid = N - 16 * (j0 + j) < 16 ? (int)(N - 16 * (j0 + j)) : 16;
-                    for (int m = 0; m < rows; m++) store_lanes(_mm512_load_ps(f[j][m]), y + (m0 + m) * N + 16 * (j0 + j), valid);
+                    AMX_STORE(j, c);
+                    const __m512 sw = _mm512_loadu_ps(scales + ((j0 + j) * groups + k / per_group) * 16);
+                    for (int m = 0; m < rows; m++) {
+                        const int64_t at = (m0 + m) * chunks + k;
+                        const __m512i sum = _mm512_add_epi32(_mm512_load_si512(c + 16 * m), _mm512_set1_epi32(r.x8[at]));
+                        _mm512_store_ps(f[j][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                                                 _mm512_mul_ps(sw, _mm512_set1_ps(r.xs[at])),
+                                                                 _mm512_load_ps(f[j][m])));
+                    }
                 }
             }
+            for (int j = 0; j < count; j++) {
+                const int valid = N - 16 * (j0 + j) < 16 ? (int)(N - 16 * (j0 + j)) : 16;
+                for (int m = 0; m < rows; m++) store_lanes(_mm512_load_ps(f[j][m]), y + (m0 + m) * N + 16 * (j0 + j), valid);
+            }
         }
-        free(split);
+    }
+}
+
+void gemm_int4_a8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scales, int group, int N,
+                      uint16_t *y, float fp8_scale) {
+    const a8_rows_t r = a8_rows(x, M, K, fp8_scale);
+    const int64_t nb = (N + 15) / 16, quads = (nb + 3) / 4;
+    #pragma omp parallel
+    {   /* contiguous groups of 4 blocks per thread (as schedule(static)), so each fetches its own next group */
+        const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t q0 = quads * t / T, q1 = quads * (t + 1) / T;
+        if (q1 > q0) int4_a8_tile_blocks(r, M, K, w, scales, group, N, y, 4 * q0, 4 * q1 < nb ? 4 * q1 : nb);
     }
     free(r.xq);
 }

@@ -25,6 +25,7 @@ typedef struct {
     const float *scale;          /* int8, fp8: per output row; int4: [n, k / group] (LIN_INT4_AMX: [k / group, n]) */
     const int32_t *weight_sums;  /* LIN_INT8_VNNI: sum of each output row's int8 weights */
     const void *smooth;          /* AWQ / SmoothQuant pre_quant_scale multiplied into the input, or NULL */
+    int32_t tile_rows;           /* LIN_INT4_A8: from this many rows on AMX tiles (the same bits), 0: never */
 } linear_t;
 
 typedef struct {
@@ -126,6 +127,13 @@ static void run_linear(const linear_t *l, void *x, int64_t M, void *y, int act, 
         if (l->kind == LIN_INT4_AMX) {
             gemm_int4_amx((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n,
                           (uint16_t *)y);
+            break;
+        }
+#endif
+#if defined(HAVE_INT4_A8_TILES)
+        if (l->kind == LIN_INT4_A8 && l->tile_rows > 0 && M >= l->tile_rows) {
+            gemm_int4_a8_amx((const uint16_t *)x, M, l->k, (const uint8_t *)l->weight, l->scale, l->group, l->n,
+                             (uint16_t *)y, fp8_in_kernel ? l->input_scale : 0.0f);
             break;
         }
 #endif
@@ -273,6 +281,16 @@ static void team_compute(const linear_t *l, const void *x, int64_t M, void *y, i
 #if defined(HAVE_GEMM_INT4_A8)
     case LIN_INT4_A8: {
         const a8_rows_t p = a8_prepared(scratch, M, K);
+#if defined(HAVE_INT4_A8_TILES)
+        if (l->tile_rows > 0 && M >= l->tile_rows) {  /* groups of 4 blocks on AMX tiles, the same bits */
+            const int64_t nb = (N + 15) / 16;
+            team_share((nb + 3) / 4, t, threads, &u0, &u1);
+            if (u1 > u0)
+                int4_a8_tile_blocks(p, M, K, (const uint8_t *)l->weight, l->scale, l->group, N, (uint16_t *)y, 4 * u0,
+                                    4 * u1 < nb ? 4 * u1 : nb);
+            break;
+        }
+#endif
         team_share((N + 15) / 16, t, threads, &u0, &u1);
         int4_a8_blocks(p.xq, p.xs, p.x8, M, K, (const uint8_t *)l->weight, l->scale, l->group, N, (uint16_t *)y, u0,
                        u1);
