@@ -2720,7 +2720,9 @@ static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_
         int configured = -1;
         float sums[4][16][16] __attribute__((aligned(64)));
         const int narrow = mode == AMX_FP8 || mode == AMX_INT4;
-        uint8_t *widened = narrow ? (uint8_t *)aligned_alloc(64, (size_t)kt * 4 * 1024) : NULL;
+        /* the widened tiles of every k for later row chunks to reuse; with one chunk (up to 16 rows) none is reused,
+         * so 4 tiles, rewritten at each k, stay in L1 */
+        uint8_t *widened = narrow ? (uint8_t *)aligned_alloc(64, (size_t)(M > 16 ? kt : 1) * 4 * 1024) : NULL;
         #pragma omp for schedule(static)
         for (int g = 0; g < (nb + 3) / 4; g++) {
             const int j0 = g * 4, count = nb - j0 < 4 ? nb - j0 : 4;
@@ -2746,7 +2748,7 @@ static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_
                             for (int p = 0; p < tile_bytes; p += 64)
                                 _mm_prefetch((const char *)src + AMX_PREFETCH + p, _MM_HINT_T0);
                         if (narrow) {
-                            uint8_t *dst = widened + ((int64_t)k * 4 + j) * 1024;
+                            uint8_t *dst = widened + ((M > 16 ? (int64_t)k * 4 : 0) + j) * 1024;
                             if (m0 == 0 && mode == AMX_FP8) amx_widen_fp8_tile(src, dst);
                             else if (m0 == 0) amx_widen_int4_tile(src, dst, table);
                             b[j] = dst;
