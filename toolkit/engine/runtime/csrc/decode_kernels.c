@@ -2896,7 +2896,7 @@ static void tile_gemv(const uint16_t *x, int64_t M, int K, const uint8_t *w, int
 #undef TILE_GEMV
     free(x_group_sums);
 }
-#define TILE_GEMV_ROWS 2 /* up to this many rows fp8 and int4 take tile_gemv (2 rows: fp8 4.5 ms a step against 5.5 on AMX) */
+#define TILE_GEMV_ROWS 1 /* up to this many rows fp8 and int4 take tile_gemv (2 rows on AMX with its tiles in L1: fp8 steps of small 0.7x tile_gemv's, 2026-11-28 Xeon) */
 
 /* x [M, K] bf16, w packed (32 k per tile), y [M, N] bf16. */
 void gemm_bf16_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, int N, uint16_t *y) {
