@@ -2826,6 +2826,10 @@ INLINE void int4_rows_offset(const uint8_t *tile, int c, __m512bh *w0, __m512bh 
 }
 #define INT4_OFFSET 136.0f
 
+/* tile_gemv's weights fetched this far ahead into L2 (the other GEMV kernels' lesson: more misses in flight than L1's
+ * fill buffers allow): fp8's one-sequence step of `small` 0.82-0.83x with 4 KiB into L1, after a 128 MiB read and
+ * without (perf/ab_steps.py, 2026-11-28 Xeon); 16 KiB the same */
+#define TILE_GEMV_PREFETCH 8192
 INLINE __m512 chains_sum(const __m512 *c) { return _mm512_add_ps(_mm512_add_ps(c[0], c[1]), _mm512_add_ps(c[2], c[3])); }
 
 INLINE void tile_gemv_rows(const uint16_t *x, const int rows, int K, const uint8_t *stream, int64_t tile_bytes,
@@ -2837,7 +2841,7 @@ INLINE void tile_gemv_rows(const uint16_t *x, const int rows, int K, const uint8
     for (int m = 0; m < rows; m++) part[m][0] = part[m][1] = part[m][2] = part[m][3] = _mm512_setzero_ps();
     for (int k = 0; k < kt; k++) {
         const uint8_t *tile = stream + k * tile_bytes;
-        for (int p = 0; p < tile_bytes; p += 64) _mm_prefetch((const char *)tile + AMX_PREFETCH + p, _MM_HINT_T0);
+        for (int p = 0; p < tile_bytes; p += 64) _mm_prefetch((const char *)tile + TILE_GEMV_PREFETCH + p, _MM_HINT_T1);
         for (int c = 0; c < 8; c++) {
             __m512bh w0, w1;
             if (mode == AMX_INT4) int4_rows_offset(tile, c, &w0, &w1);
