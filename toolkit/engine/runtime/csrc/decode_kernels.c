@@ -2923,12 +2923,16 @@ void gemm_int8_amx(const void *x, int64_t M, int K, const uint8_t *w, const floa
     int32_t *acc = (int32_t *)aligned_alloc(64, (size_t)M * N * 4);
     quantize_rows(x, M, K, kpad, kind, input_scale, 0, xq);
     amx_gemm(xq, M, kpad, kpad / 64, w, N, acc, AMX_INT8, NULL, 0);
+    /* 16 outputs at a time (N is a multiple of 16 in tiles), the same products in the same order as one at a time: a
+     * scalar loop here had been a sixth of a 128-row prompt's GEMM time at K = 768 */
     #pragma omp parallel for schedule(static) if (M >= 32)
     for (int64_t m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            float v = (float)acc[m * N + n] * input_scale * scale[n];
-            if (kind == F32) ((float *)y)[m * N + n] = v;
-            else ((uint16_t *)y)[m * N + n] = f32_to_bf16(v);
+        for (int n = 0; n < N; n += 16) {
+            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + m * N + n)),
+                                                         _mm512_set1_ps(input_scale)),
+                                           _mm512_loadu_ps(scale + n));
+            if (kind == F32) _mm512_storeu_ps((float *)y + m * N + n, v);
+            else _mm256_storeu_si256((__m256i *)((uint16_t *)y + m * N + n), (__m256i)_mm512_cvtneps_pbh(v));
         }
     free(acc);
     free(xq);
@@ -2943,8 +2947,12 @@ void gemm_fp8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
     if (M <= TILE_GEMV_ROWS) tile_gemv(xs, M, K, w, N, AMX_FP8, NULL, 0, acc);
     else amx_gemm(xs, M, (int64_t)K * 2, K / 32, w, N, acc, AMX_FP8, NULL, 0);
     #pragma omp parallel for schedule(static) if (M >= 32)
-    for (int64_t m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) y[m * N + n] = f32_to_bf16(acc[m * N + n] * (scale[n] * FP8_OUT_SHIFT));
+    for (int64_t m = 0; m < M; m++)  /* 16 at a time, as gemm_int8_amx */
+        for (int n = 0; n < N; n += 16) {
+            const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(scale + n), _mm512_set1_ps(FP8_OUT_SHIFT));
+            _mm256_storeu_si256((__m256i *)(y + m * N + n),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(acc + m * N + n), s)));
+        }
     free(acc);
     free(xs);
 }
