@@ -2707,7 +2707,9 @@ INLINE void amx_widen_int4_tile(const uint8_t *src, uint8_t *dst, __m512i table)
     } while (0)
 
 static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_t *wp, int N, void *acc, int mode,
-                     const float *group_scales, int group_tiles) {
+                     const float *group_scales, int group_tiles, uint16_t *y_bf16) {
+    /* y_bf16 (bf16 and int4, whose fp32 sums need no scale after): the sums rounded to bf16 there as each tile
+     * leaves, instead of into acc for a pass of their own */
     /* int4: each group's sums (group_tiles K tiles) leave the tiles times the group's scales (group_scales
      * [K / group, N]) into fp32 sums, as gemm_int4 scales its per-group partial sums */
     const int nb = N / 16;
@@ -2785,8 +2787,13 @@ static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_
                 for (int j = 0; j < count; j++) {
                     if (mode != AMX_INT4) AMX_STORE(j, c);
                     const int32_t *from = mode == AMX_INT4 ? (const int32_t *)sums[j] : c;
-                    for (int m = 0; m < rows; m++)
-                        _mm512_storeu_si512((int32_t *)acc + (m0 + m) * N + (j0 + j) * 16, _mm512_load_si512(from + m * 16));
+                    if (y_bf16 != NULL)
+                        for (int m = 0; m < rows; m++)
+                            _mm256_storeu_si256((__m256i *)(y_bf16 + (m0 + m) * N + (j0 + j) * 16),
+                                                (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps((const float *)from + m * 16)));
+                    else
+                        for (int m = 0; m < rows; m++)
+                            _mm512_storeu_si512((int32_t *)acc + (m0 + m) * N + (j0 + j) * 16, _mm512_load_si512(from + m * 16));
                 }
             }
         }
@@ -2904,13 +2911,7 @@ static void tile_gemv(const uint16_t *x, int64_t M, int K, const uint8_t *w, int
 
 /* x [M, K] bf16, w packed (32 k per tile), y [M, N] bf16. */
 void gemm_bf16_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, int N, uint16_t *y) {
-    float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
-    amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, acc, AMX_BF16, NULL, 0);
-    #pragma omp parallel for schedule(static) if (M >= 32)
-    for (int64_t m = 0; m < M; m++)
-        for (int n = 0; n < N; n += 16)
-            _mm256_storeu_si256((__m256i *)(y + m * N + n), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(acc + m * N + n)));
-    free(acc);
+    amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, NULL, AMX_BF16, NULL, 0, y);
 }
 
 /* INT8-SQ: x rounded to int8 at input_scale as gemm_int8_vnni rounds it, then signed x signed (TDPBSSD), exact in
@@ -2922,7 +2923,7 @@ void gemm_int8_amx(const void *x, int64_t M, int K, const uint8_t *w, const floa
     uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
     int32_t *acc = (int32_t *)aligned_alloc(64, (size_t)M * N * 4);
     quantize_rows(x, M, K, kpad, kind, input_scale, 0, xq);
-    amx_gemm(xq, M, kpad, kpad / 64, w, N, acc, AMX_INT8, NULL, 0);
+    amx_gemm(xq, M, kpad, kpad / 64, w, N, acc, AMX_INT8, NULL, 0, NULL);
     /* 16 outputs at a time (N is a multiple of 16 in tiles), the same products in the same order as one at a time: a
      * scalar loop here had been a sixth of a 128-row prompt's GEMM time at K = 768 */
     #pragma omp parallel for schedule(static) if (M >= 32)
@@ -2945,7 +2946,7 @@ void gemm_fp8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
     float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
     shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
     if (M <= TILE_GEMV_ROWS) tile_gemv(xs, M, K, w, N, AMX_FP8, NULL, 0, acc);
-    else amx_gemm(xs, M, (int64_t)K * 2, K / 32, w, N, acc, AMX_FP8, NULL, 0);
+    else amx_gemm(xs, M, (int64_t)K * 2, K / 32, w, N, acc, AMX_FP8, NULL, 0, NULL);
     #pragma omp parallel for schedule(static) if (M >= 32)
     for (int64_t m = 0; m < M; m++)  /* 16 at a time, as gemm_int8_amx */
         for (int n = 0; n < N; n += 16) {
@@ -2960,10 +2961,12 @@ void gemm_fp8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
  * tile, 256 bytes) with group_scales [K / group, N] fp32 → y bf16 [M, N]; group a multiple of 32. */
 void gemm_int4_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *group_scales, int group, int N,
                    uint16_t *y) {
+    if (M > TILE_GEMV_ROWS) {
+        amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, NULL, AMX_INT4, group_scales, group / 32, y);
+        return;
+    }
     float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
-    if (M <= TILE_GEMV_ROWS) tile_gemv(x, M, K, w, N, AMX_INT4, group_scales, group / 32, acc);
-    else amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, acc, AMX_INT4, group_scales, group / 32);
-    #pragma omp parallel for schedule(static) if (M >= 32)
+    tile_gemv(x, M, K, w, N, AMX_INT4, group_scales, group / 32, acc);
     for (int64_t m = 0; m < M; m++)
         for (int n = 0; n < N; n += 16)
             _mm256_storeu_si256((__m256i *)(y + m * N + n), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(acc + m * N + n)));
