@@ -2694,8 +2694,8 @@ INLINE void amx_widen_int4_tile(const uint8_t *src, uint8_t *dst, __m512i table)
     }
 }
 
-/* acc [M, N] (fp32 for bf16, fp8 and int4, int32 for int8: 4 bytes either way) = x [M, K] (row stride lda bytes) times
- * the packed weights; kt tiles of K. Per 4 output tiles, rows in chunks of 16: the first chunk streams those tiles'
+/* The sums (fp32 for bf16, fp8 and int4, int32 for int8) of x [M, K] (row stride lda bytes) times the packed weights,
+ * into `out` (amx_out_t); kt tiles of K. Per 4 output tiles, rows in chunks of 16: the first chunk streams those tiles'
  * weights from memory (fp8 widened into this thread's kt x 4 KiB of bf16 tiles), later chunks (prompt rows) find
  * them in L2, so one kernel serves decode and prefill. */
 #define AMX_STORE(j, to)                                     \
@@ -2706,10 +2706,33 @@ INLINE void amx_widen_int4_tile(const uint8_t *src, uint8_t *dst, __m512i table)
         else _tile_stored(3, to, 64);                        \
     } while (0)
 
-static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_t *wp, int N, void *acc, int mode,
-                     const float *group_scales, int group_tiles, uint16_t *y_bf16) {
-    /* y_bf16 (bf16 and int4, whose fp32 sums need no scale after): the sums rounded to bf16 there as each tile
-     * leaves, instead of into acc for a pass of their own */
+/* Where amx_gemm's sums go as each tile leaves (instead of into acc for a pass of their own: bf16's 128-row prompt
+ * GEMMs 0.90-0.94x that way): y [M, N], fp32 or bf16, INT8's int32 sums times `pre` then cols[n], FP8's fp32 sums times
+ * cols[n] * col_mul (the orders the kernels' own passes had), bf16's and int4's as they are. */
+typedef struct {
+    void *y;
+    int f32;
+    float pre;
+    const float *cols;
+    float col_mul;
+} amx_out_t;
+
+INLINE void amx_out_row(const amx_out_t *o, int mode, const int32_t *sums, int64_t at, int64_t n) {
+    __m512 v;
+    if (mode == AMX_INT8)
+        v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums)), _mm512_set1_ps(o->pre)),
+                          _mm512_loadu_ps(o->cols + n));
+    else if (mode == AMX_FP8)
+        v = _mm512_mul_ps(_mm512_load_ps((const float *)sums), _mm512_mul_ps(_mm512_loadu_ps(o->cols + n),
+                                                                            _mm512_set1_ps(o->col_mul)));
+    else
+        v = _mm512_load_ps((const float *)sums);
+    if (o->f32) _mm512_storeu_ps((float *)o->y + at, v);
+    else _mm256_storeu_si256((__m256i *)((uint16_t *)o->y + at), (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_t *wp, int N, int mode,
+                     const float *group_scales, int group_tiles, const amx_out_t *out) {
     /* int4: each group's sums (group_tiles K tiles) leave the tiles times the group's scales (group_scales
      * [K / group, N]) into fp32 sums, as gemm_int4 scales its per-group partial sums */
     const int nb = N / 16;
@@ -2787,13 +2810,8 @@ static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_
                 for (int j = 0; j < count; j++) {
                     if (mode != AMX_INT4) AMX_STORE(j, c);
                     const int32_t *from = mode == AMX_INT4 ? (const int32_t *)sums[j] : c;
-                    if (y_bf16 != NULL)
-                        for (int m = 0; m < rows; m++)
-                            _mm256_storeu_si256((__m256i *)(y_bf16 + (m0 + m) * N + (j0 + j) * 16),
-                                                (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps((const float *)from + m * 16)));
-                    else
-                        for (int m = 0; m < rows; m++)
-                            _mm512_storeu_si512((int32_t *)acc + (m0 + m) * N + (j0 + j) * 16, _mm512_load_si512(from + m * 16));
+                    for (int m = 0; m < rows; m++)
+                        amx_out_row(out, mode, from + m * 16, (m0 + m) * N + (j0 + j) * 16, (j0 + j) * 16);
                 }
             }
         }
@@ -2911,7 +2929,8 @@ static void tile_gemv(const uint16_t *x, int64_t M, int K, const uint8_t *w, int
 
 /* x [M, K] bf16, w packed (32 k per tile), y [M, N] bf16. */
 void gemm_bf16_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, int N, uint16_t *y) {
-    amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, NULL, AMX_BF16, NULL, 0, y);
+    const amx_out_t out = {y, 0, 1.0f, NULL, 1.0f};
+    amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, AMX_BF16, NULL, 0, &out);
 }
 
 /* INT8-SQ: x rounded to int8 at input_scale as gemm_int8_vnni rounds it, then signed x signed (TDPBSSD), exact in
@@ -2921,21 +2940,9 @@ void gemm_int8_amx(const void *x, int64_t M, int K, const uint8_t *w, const floa
                    float input_scale) {
     const int kpad = (K + 63) / 64 * 64;
     uint8_t *xq = (uint8_t *)malloc((size_t)(M * kpad));
-    int32_t *acc = (int32_t *)aligned_alloc(64, (size_t)M * N * 4);
     quantize_rows(x, M, K, kpad, kind, input_scale, 0, xq);
-    amx_gemm(xq, M, kpad, kpad / 64, w, N, acc, AMX_INT8, NULL, 0, NULL);
-    /* 16 outputs at a time (N is a multiple of 16 in tiles), the same products in the same order as one at a time: a
-     * scalar loop here had been a sixth of a 128-row prompt's GEMM time at K = 768 */
-    #pragma omp parallel for schedule(static) if (M >= 32)
-    for (int64_t m = 0; m < M; m++)
-        for (int n = 0; n < N; n += 16) {
-            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + m * N + n)),
-                                                         _mm512_set1_ps(input_scale)),
-                                           _mm512_loadu_ps(scale + n));
-            if (kind == F32) _mm512_storeu_ps((float *)y + m * N + n, v);
-            else _mm256_storeu_si256((__m256i *)((uint16_t *)y + m * N + n), (__m256i)_mm512_cvtneps_pbh(v));
-        }
-    free(acc);
+    const amx_out_t out = {y, kind == F32, input_scale, scale, 1.0f};  /* (sum * input_scale) * scale[n], as VNNI's */
+    amx_gemm(xq, M, kpad, kpad / 64, w, N, AMX_INT8, NULL, 0, &out);
     free(xq);
 }
 /* FP8: x rounded as calibrated and times 2^64 as gemm_fp8 prepares it, the fp8 tiles widened by its shift: the same
@@ -2943,18 +2950,17 @@ void gemm_int8_amx(const void *x, int64_t M, int K, const uint8_t *w, const floa
 void gemm_fp8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *scale, int N, uint16_t *y,
                   int act_quant, float input_scale) {
     uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
-    float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
     shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
-    if (M <= TILE_GEMV_ROWS) tile_gemv(xs, M, K, w, N, AMX_FP8, NULL, 0, acc);
-    else amx_gemm(xs, M, (int64_t)K * 2, K / 32, w, N, acc, AMX_FP8, NULL, 0, NULL);
-    #pragma omp parallel for schedule(static) if (M >= 32)
-    for (int64_t m = 0; m < M; m++)  /* 16 at a time, as gemm_int8_amx */
-        for (int n = 0; n < N; n += 16) {
-            const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(scale + n), _mm512_set1_ps(FP8_OUT_SHIFT));
-            _mm256_storeu_si256((__m256i *)(y + m * N + n),
-                                (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(acc + m * N + n), s)));
-        }
-    free(acc);
+    const amx_out_t out = {y, 0, 1.0f, scale, FP8_OUT_SHIFT};  /* sum * (scale[n] * 2^56) */
+    if (M > TILE_GEMV_ROWS) {
+        amx_gemm(xs, M, (int64_t)K * 2, K / 32, w, N, AMX_FP8, NULL, 0, &out);
+    } else {
+        float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
+        tile_gemv(xs, M, K, w, N, AMX_FP8, NULL, 0, acc);
+        for (int64_t m = 0; m < M; m++)
+            for (int n = 0; n < N; n += 16) amx_out_row(&out, AMX_FP8, (const int32_t *)(acc + m * N + n), m * N + n, n);
+        free(acc);
+    }
     free(xs);
 }
 /* INT4-AWQ / W4A8: x bf16 [M, K] (already rounded, as gemm_int4 takes it) times int4 tiles (pack_amx_int4: 32 k per
@@ -2962,7 +2968,8 @@ void gemm_fp8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
 void gemm_int4_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *group_scales, int group, int N,
                    uint16_t *y) {
     if (M > TILE_GEMV_ROWS) {
-        amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, NULL, AMX_INT4, group_scales, group / 32, y);
+        const amx_out_t out = {y, 0, 1.0f, NULL, 1.0f};
+        amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, AMX_INT4, group_scales, group / 32, &out);
         return;
     }
     float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
