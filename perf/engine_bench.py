@@ -337,15 +337,15 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     prefill, _, _ = _steps(1, isl)
     ttft = []
 
-    def time_prefill() -> None:
+    def time_prefill(into: list) -> None:
         sync()
         t = time.perf_counter()
         runner.forward(prefill(0))
         sync()
-        ttft.append(time.perf_counter() - t)
+        into.append(time.perf_counter() - t)
 
     for _ in range(3):
-        time_prefill()
+        time_prefill(ttft)
     # This VM's speed drifts by up to 1.5x over minutes: best of `repeats`, the batches taken in turn within
     # each repeat so that every batch samples the whole run (not batch 1 in a fast minute, 16 in a slow one).
     medians: dict[int, list[float]] = {batch: [] for batch in batches}
@@ -366,7 +366,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
                 result["read_rates"].append(read_rate(result["step_bytes"]))
         # TTFT too over the format's minutes, as ITL, not only its first second: three prefills back to back had
         # caught a slow few seconds of one format in each of three runs (1.34-1.47x the planner, 2026-11-27)
-        time_prefill()
+        time_prefill(ttft)
     result["ttft_ms"] = min(ttft) * 1e3
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
     if read_once is not None and plan_at is not None:
@@ -392,11 +392,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     # ... and a prompt's, with the same stubs: the TTFT floor's cost beyond the GEMMs and attention
     stubbed = []
     for _ in range(max(3, repeats)):
-        sync()
-        t = time.perf_counter()
-        runner.forward(prefill(0))
-        sync()
-        stubbed.append(time.perf_counter() - t)
+        time_prefill(stubbed)
     result["prefill_cost_ms"] = min(stubbed) * 1e3
     stolen_to = cpu_jiffies()
     if stolen_from and stolen_to and stolen_to[1] > stolen_from[1]:
@@ -803,7 +799,7 @@ def main() -> None:
               + (f"; B={r['paired_growth']['batch']} over B=1, paired: {growth_cell(r['paired_growth'])}"
                  if "paired_growth" in r else "")
               + f"  step cost without GEMMs {r['step_cost_ms']:.2f} ms + {r['sequence_cost_ms']:.3f} per sequence"
-              + f", the prompt's {r.get('prefill_cost_ms', float('nan')):.1f} ms"
+              + f", the prompt's {r['prefill_cost_ms']:.1f} ms"
               + (f"; CPU stolen by the hypervisor {r['steal_pct']:.1f} %" if "steal_pct" in r else "")
               + (f"; in the step, GEMM GFLOP/s (probe's) and attention ms: {_in_step_cell(r)}" if r["in_step"] else ""),
               flush=True)
@@ -874,7 +870,7 @@ def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) 
         batched = [f"{k} {_tok_s_ratios(peers[k]['batched'], itl)}" for k in PEER_FOR[q] if k in peers and peers[k].get("batched")]
         lines.append(f"| {q} | {r['weight_format']} | {r['ttft_ms']:.1f} ({r['prefill_floor_ms']:.1f}) | "
                      + " | ".join(f"{itl[b]:.2f}" for b in batches)
-                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq; prompt {r.get('prefill_cost_ms', float('nan')):.1f}"
+                     + f" | {batches[-1] / itl[batches[-1]] * 1e3:.0f} | {r['step_cost_ms']:.2f} + {r['sequence_cost_ms']:.3f}/seq; prompt {r['prefill_cost_ms']:.1f}"
                      + f" | {r['floor_ms']:.2f} ({r['floor_bandwidth'] / 1e9:.1f}) | "
                      + f"{itl[batches[0]] / r['floor_ms']:.2f} | "
                      + (f"{_paired_cell(r['paired'])} | " if "paired" in r else "- | ")

@@ -279,6 +279,7 @@ class Int4Linear(Linear):
         self.native = None
         self.amx = False
         self.int8_activations = False
+        self.tile_rows = 0
         if (native is not None and native.has_bf16_gemm and dtype == torch.bfloat16 and values.device.type == "cpu"
                 and native.int4_packable(self.in_features, group_size)):
             self.native = native
@@ -290,6 +291,8 @@ class Int4Linear(Linear):
                 self.weight_bytes = self.packed.numel() + self.group_scales.numel() * 4
                 return
             if self.int8_activations:  # output rows in the vector lanes (gemm_int4_a8, decode_kernels.c)
+                # from this many rows on AMX tiles where the CPU has them (0: never), here and in the C step alike
+                self.tile_rows = INT4_A8_AMX_ROWS if native.has_int4_a8_amx else 0
                 self.weight_format += "-int8act"
                 self.packed, self.scales_fp32 = native.pack_int4_lanes(values), native.lane_scales(scales)
             else:
@@ -316,9 +319,8 @@ class Int4Linear(Linear):
             # (int4's act_quant is None or fp8: checkpoint.QUANT_ALGOS)
             fp8_scale = self.input_scale_value if self.act_quant == "fp8" else None
             x2 = x.reshape(-1, shape[-1])
-            tiles = self.native.has_int4_a8_amx and x2.shape[0] >= INT4_A8_AMX_ROWS
             y = self.native.gemm_int4_a8(x2, self.packed, self.scales_fp32, self.group_size, self.out_features,
-                                         fp8_scale, tiles=tiles)
+                                         fp8_scale, tiles=0 < self.tile_rows <= x2.shape[0])
             return y.reshape(*shape[:-1], self.out_features)
         if self.act_quant is not None and self.native is not None:  # in C, as the fp8 and INT8-SQ prompt rows
             x = self.native.round_activations(x, self.act_quant, self.input_scale_value)
@@ -346,10 +348,9 @@ class Int4Linear(Linear):
             return NativeLinear(LIN_INT4_AMX, self.packed, self.out_features, self.in_features, AMX_ROWS,
                                 self.group_scales, group=self.group_size, act_quant=self.act_quant,
                                 input_scale=self.input_scale_value)
-        tile_rows = INT4_A8_AMX_ROWS if self.int8_activations and self.native.has_int4_a8_amx else 0
         return NativeLinear(LIN_INT4_A8 if self.int8_activations else LIN_INT4, self.packed, self.out_features,
                             self.in_features, WIDEN_ROWS - 1, self.scales_fp32, group=self.group_size,
-                            act_quant=self.act_quant, input_scale=self.input_scale_value, tile_rows=tile_rows)
+                            act_quant=self.act_quant, input_scale=self.input_scale_value, tile_rows=self.tile_rows)
 
 
 def _int8_activations(native, act_quant, group_size: int, int4_activations: str) -> bool:

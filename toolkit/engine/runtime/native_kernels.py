@@ -629,8 +629,9 @@ class NativeKernels:
 
         x = x.contiguous()
         y = torch.empty(x.shape[0], n, dtype=torch.bfloat16)
-        (self._lib.gemm_int4_a8_amx if tiles else self._lib.gemm_int4_a8)(x.data_ptr(), x.shape[0], packed.shape[1] * 2, packed.data_ptr(), scales.data_ptr(),
-                               group_size, n, y.data_ptr(), fp8_scale or 0.0)
+        gemm = self._lib.gemm_int4_a8_amx if tiles else self._lib.gemm_int4_a8
+        gemm(x.data_ptr(), x.shape[0], packed.shape[1] * 2, packed.data_ptr(), scales.data_ptr(), group_size, n,
+             y.data_ptr(), fp8_scale or 0.0)
         return y
 
     # --- fp8 weights as int8 x int8 per 128 (where has_int8_a8: VNNI or AVX2; in_features % 128 == 0) --

@@ -2696,8 +2696,8 @@ INLINE void amx_widen_int4_tile(const uint8_t *src, uint8_t *dst, __m512i table)
 
 /* The sums (fp32 for bf16, fp8 and int4, int32 for int8) of x [M, K] (row stride lda bytes) times the packed weights,
  * into `out` (amx_out_t); kt tiles of K. Per 4 output tiles, rows in chunks of 16: the first chunk streams those tiles'
- * weights from memory (fp8 widened into this thread's kt x 4 KiB of bf16 tiles), later chunks (prompt rows) find
- * them in L2, so one kernel serves decode and prefill. */
+ * weights from memory (fp8 widened into this thread's kt x 4 KiB of bf16 tiles where later chunks reuse them, else
+ * 4 KiB), later chunks (prompt rows) find them in L2, so one kernel serves decode and prefill. */
 #define AMX_STORE(j, to)                                     \
     do {                                                     \
         if ((j) == 0) _tile_stored(0, to, 64);               \
