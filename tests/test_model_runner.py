@@ -484,6 +484,8 @@ def test_one_call_decode_step_at_18_sequences_equals_the_python_driven_kernels(q
     python_driven.decoder = None
     seqs = 18
     assert seqs > INT4_A8_AMX_ROWS
+    # the engine says where its int4 GEMMs run (the report's and engine_info's "engine" line)
+    assert (f"AMX tiles from {INT4_A8_AMX_ROWS} rows" in one_call.step_kernels) == one_call.native.has_int4_a8_amx
     paged = PagedSequences(one_call.cache.num_blocks)
     steps = [paged.step({s: [5 + s, 9, 13 + s] for s in range(seqs)})]
     steps += [paged.step({s: [20 + s + i] for s in range(seqs)}) for i in range(3)]

@@ -202,9 +202,12 @@ class ModelRunner:
         """What runs between the GEMMs: the fused C kernels, or torch ops where those could not be built."""
         if self.native is None:
             return "torch ops" + ("; decode steps replayed from CUDA graphs" if self.graphs and self.graphs.capture else "")
-        amx = [lin.weight_format for layer in self.layers for lin in self._linears(layer) if getattr(lin, "amx", False)]
+        linears = [lin for layer in self.layers for lin in self._linears(layer)]
+        amx = [lin.weight_format for lin in linears if getattr(lin, "amx", False)]
+        tiles_from = [(lin.weight_format, lin.tile_rows) for lin in linears if getattr(lin, "tile_rows", 0)]
         return (f"fused C on {self.native.isa} (norms, RoPE, SwiGLU, paged attention, few-row GEMMs)"
                 + (f"; {sorted(set(amx))[0]} GEMMs on AMX tiles at every row count" if amx else "")
+                + ("; {} GEMMs on AMX tiles from {} rows".format(*min(tiles_from)) if tiles_from else "")
                 + (f"; decode steps of up to {self.decoder.max_rows} sequences in one C call" if self.decoder else "")
                 + (", its layers in one OpenMP region" if self.decoder and self.native.decode_in_one_region(self.decoder)
                    else "")
