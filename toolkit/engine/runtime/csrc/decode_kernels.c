@@ -1128,14 +1128,23 @@ INLINE void prefetch_weights(const void *at, const int memory_bound, const int64
 }
 
 /* prefetch_weights for the lanes kernels (int4 x int8, INT8-SQ: 16 output rows side by side) reading at `at` for
- * `rows` activation rows: into L2 at 2 rows, L1 from 3, and none at one row (since 2026-11-27). There their weights
+ * `rows` activation rows: into L2 at 2 rows, L1 from 3, and none at one row but on Intel (below). There their weights
  * are one sequential stream per thread, which the hardware prefetchers keep up with: with the prefetch both kernels
  * streamed at 30-39 GB/s in the fast memory state against a 51-64 GB/s read (a step's GEMMs from C); whole batch-1
  * steps without it, alternating with it in one process (perf/ab_steps.py --slices 48, both memory states): INT8-SQ
- * -5..-7 %, INT4-AWQ -5..-14 % (one run of four 1.00), W4A8 -3..-11 %. fp8's blocks of 4 rows take none at one and two
- * rows since their rows are interleaved into one stream (pack_fp8; side by side they ran 1.7x slower without it). */
+ * -5..-7 %, INT4-AWQ -5..-14 % (one run of four 1.00), W4A8 -3..-11 %. That was a Zen 4. On an Intel Xeon (AMX, 2
+ * vCPUs, 2026-11-29) the one-row int4 x int8 kernel read 46-48 GB/s without it and 54 with it (48 MiB re-read), as
+ * fast as at 2 rows, where the step's batch-1 GEMMs had read 38-41 GB/s and 2 rows' 50-53: so into L2 at one row too
+ * on Intel CPUs (TOOLKIT_INTEL_CPU, from native_kernels.compile_flags). fp8's blocks of 4 rows take none at one
+ * and two rows since their rows are interleaved into one stream (pack_fp8; side by side they ran 1.7x slower
+ * without it). */
+#if defined(TOOLKIT_INTEL_CPU)
+#define LANES_PREFETCH_FROM_ROWS 1
+#else
+#define LANES_PREFETCH_FROM_ROWS 2
+#endif
 INLINE void prefetch_lanes(const void *at, const int rows) {
-    if (rows > 1) prefetch_weights(at, rows <= 2, 0);
+    if (rows >= LANES_PREFETCH_FROM_ROWS) prefetch_weights(at, rows <= 2, 0);
 }
 #endif
 #if defined(__AVX2__)
