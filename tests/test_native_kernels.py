@@ -203,9 +203,9 @@ def test_few_row_gemms_equal_torch(kernels, rows):
 
 @pytest.mark.parametrize("name", ["bf16", "int8a8", "fp8", "int4", "w4a8"])
 def test_the_probes_step_pass_runs_the_kernels_the_step_runs_bit_for_bit(kernels, name):
-    """team_linears_seconds (the planner's probe times few-row GEMMs with it, as the one-region decode step runs them):
-    each thread's share of the same kernel, so its output equals the linear called from Python bit for bit, at a row
-    count of every kernel's branch."""
+    """step_linears_seconds (the planner's probe times few-row GEMMs with it, as the C decode step runs them: each
+    thread's share in one region, or each kernel in turn): the same kernel, so its output equals the linear called from
+    Python bit for bit, at a row count of every kernel's branch."""
     import torch
 
     from toolkit.engine.runtime import native_kernels
@@ -215,12 +215,12 @@ def test_the_probes_step_pass_runs_the_kernels_the_step_runs_bit_for_bit(kernels
         pytest.skip("the probe's linears run on this CPU's own build (march native)")
     _, _, linear = _kernel(name, 512, 768)
     native = linear.native_linear()
-    x = torch.randn(5, 768).to(torch.bfloat16)
-    if native is None or kernels.team_linears_seconds([native], x[:1]) is None:
-        pytest.skip(f"the one-region step does not run {name} here (kernel {getattr(native, 'kind', None)}, one thread)")
-    for rows in (1, 2, 5):
+    x = torch.randn(17, 768).to(torch.bfloat16)
+    if native is None or kernels.step_linears_seconds([native], x[:1]) is None:
+        pytest.skip(f"the C step does not run {name} here (kernel {getattr(native, 'kind', None)})")
+    for rows in (1, 2, 5, 17):
         out = torch.full((rows, 512), float("nan"), dtype=torch.bfloat16)
-        seconds = kernels.team_linears_seconds([native, native], x[:rows], calls=3, out=out)
+        seconds = kernels.step_linears_seconds([native, native], x[:rows], calls=3, out=out)
         assert seconds > 0
         assert torch.equal(out, linear(x[:rows]))
 

@@ -448,6 +448,13 @@ def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
     assert mixed.decode_peak_flops("int4_awq", 2, 64 * 2**20) == pytest.approx(0.8 * 20e9 * 1.5 / 0.9 * 8)
     assert mixed.decode_peak_flops("int4_awq", 4, 64 * 2**20) == pytest.approx(300e9)
     assert mixed.decode_peak_flops("int4_awq", 2, 2**30) == pytest.approx(128e9)
+    # With its one-row pass timed as the few-row passes were (step_gemv_over_read: 1.2 of its sum, a faster read than
+    # the stream's re-read of 0.9), the gain is the step's re-read over that pass's read: 1.5 / 1.2; none past it
+    timed = spec_from_probe({**probe, **few, "step_gemv_over_read": {"int4": 1.2},
+                             "decode_flops": few_row_rates_at(few, 20e9)})
+    assert timed.reread_gain("int4_awq", 64 * 2**20) == pytest.approx(1.5 / 1.2)
+    assert timed.decode_peak_flops("int4_awq", 2, 64 * 2**20) == pytest.approx(0.8 * 20e9 * 1.5 / 1.2 * 8)
+    assert timed.reread_gain("int4_awq", 2**30) == 1.0
     assert gpu_spec("h100-sxm").working_set_factor(1e6) == 1.0 and gpu_spec("h100-sxm").reread_gain("bf16", 1e6) == 1.0
 
 
@@ -524,6 +531,7 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     # each kernel's read rate: its ratio to a sum read paired with it, in the memory state of the best sum read
     for name in kernels:
         assert 0 < first["gemv_over_read"][name] < 10
+        assert 0 < first["step_gemv_over_read"][name] < 10  # one row timed as the few-row passes are
         assert first["gemv_bytes_s"][name] == pytest.approx(first["gemv_over_read"][name] * first["read_bytes_s_sum"])
         # re-reading each working set up to the stream (here the 4 MiB stream alone), as a ratio to the sum's read
         assert set(first["reread_over_read"][name]) == {str(m) for m in cpu_probe.reread_sizes(4)} == {"4"}

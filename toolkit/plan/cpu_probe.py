@@ -59,7 +59,7 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state;
 # 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set;
 # 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens)
-VERSION = 30
+VERSION = 31
 PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
@@ -193,18 +193,19 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
 
 def _pass_timer(name: str, linears, x, calls: int, repeats: int, as_in_step: bool):
     """fn() → seconds of one pass: `calls` rounds of `linears` one after another on x. as_in_step: as a decode step
-    runs them: in one OpenMP region, each thread its share and a barrier after each (decode_step.c's
-    team_linears_seconds) where the step runs its layers that way (called one by one from Python instead, int4 at 2
-    rows read its weights at 0.54-0.81 of a sum's rate where the step's GEMMs read them at 0.98-1.1, 2026-11-27);
-    elsewhere from Python less each call's own cost (the same call on one row of a 16-row matrix: ~14 us a call, a
-    quarter of a 2 MB int8 GEMM's time, had made the 2-row INT8-SQ rate 90 GFLOP/s where the step ran 155,
-    2026-11-24)."""
+    runs them, from C (decode_step.c's step_linears_seconds): in one OpenMP region, each thread its share and a
+    barrier after each, where the step runs its layers that way, else one kernel call after another (called one by one
+    from Python instead, int4 at 2 rows read its weights at 0.54-0.81 of a sum's rate where the step's GEMMs read them
+    at 0.98-1.1, 2026-11-27; INT8-SQ on AMX tiles at 1 row 1.5x a sum's rate where the step read them at 1.85x,
+    2026-11-29); without the C kernels from Python less each call's own cost (the same call on one row of a 16-row
+    matrix: ~14 us a call, a quarter of a 2 MB int8 GEMM's time, had made the 2-row INT8-SQ rate 90 GFLOP/s where the
+    step ran 155, 2026-11-24)."""
     from toolkit.engine.runtime import native_kernels
 
     native = native_kernels.load() if as_in_step else None
     step_linears = [fn.native_linear() for _, _, fn in linears]
-    if native is not None and None not in step_linears and native.team_linears_seconds(step_linears, x) is not None:
-        return lambda: native.team_linears_seconds(step_linears, x, calls)
+    if native is not None and None not in step_linears and native.step_linears_seconds(step_linears, x) is not None:
+        return lambda: native.step_linears_seconds(step_linears, x, calls)
     call_cost = 0.0
     if as_in_step:
         # on one row: the call's own cost only. On `rows` rows it also took the activations' rounding (fp8 at 8 rows:
@@ -272,7 +273,7 @@ def few_row_rates_at(probe: dict, read_bytes_s: float) -> dict[str, dict[str, fl
             share = probe["decode_over_read"][name][rows]
             # in a slower state the weights read at least at the GEMV's share of the read (a pass at the ridge read
             # below it in the state it was probed in)
-            reads = max(share, probe["gemv_over_read"][name]) * read_bytes_s * flop_per_byte
+            reads = max(share, one_row_share(probe, name)) * read_bytes_s * flop_per_byte
             if share >= MEMORY_BOUND_SHARE:
                 cached = max(probe["decode_flops_in_cache"][name][rows], observed)
                 by_rows[rows] = min(cached, reads, max(observed, share * read_bytes_s * flop_per_byte))
@@ -283,6 +284,12 @@ def few_row_rates_at(probe: dict, read_bytes_s: float) -> dict[str, dict[str, fl
             by_rows[rows] = ceiling = min(by_rows[rows], ceiling)
         rates[name] = {rows: by_rows[rows] for rows in streamed}
     return rates
+
+
+def one_row_share(probe: dict, name: str) -> float:
+    """Kernel `name`'s one-row pass, timed as its few-row passes are (step_gemv_over_read), its read over a sum's; on
+    an older probe the GEMV's (one [out, 4096] weight called from Python)."""
+    return (probe.get("step_gemv_over_read") or {}).get(name) or probe["gemv_over_read"][name]
 
 
 ATTENTION_GAP_MIB = 8  # read between two layers' attention calls: a layer of `small` streams 3-13 MB of weights
@@ -374,8 +381,12 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
     # DECODE_IN_FEATURES: each output costs a reduction beside its dot product, so shorter rows run slower
     # (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small preset's 768, 2026-11-23).
     # Each pass paired with a sum read (measure_cpu moves its rate to the best read's memory state: few_row_rates_at).
-    rates, shares = _streamed_rates(name, DECODE_ROWS, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES, stream_mib * 2**20,
-                                    repeats, as_in_step=True, plain=plain)
+    # And one row, timed alike: the share the few-row passes' shares are set against where a step's re-read moves them
+    # (HardwareSpec.reread_gain; the GEMV above is one [out, 4096] weight called from Python, another read).
+    rates, shares = _streamed_rates(name, (1, *DECODE_ROWS), DECODE_MATRIX_ROWS, DECODE_IN_FEATURES,
+                                    stream_mib * 2**20, repeats, as_in_step=True, plain=plain)
+    rates.pop(1)
+    figures[f"step_gemv_over_read_{name}"] = shares.pop(1)
     figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
     figures.update({f"decode_over_read_{name}_{rows}": share for rows, share in shares.items()})
     return figures
@@ -383,9 +394,10 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
 
 def _state_fields(figures: dict, name: str, stream_mib: int) -> dict:
     """Kernel `name`'s _memory_state_figures (flat keys, as a probe round names them) as the probe stores them, by
-    field: {"gemv_over_read": ratio, "reread_over_read": {MiB: ratio}, "decode_flops_streamed": {rows: FLOP/s},
-    "decode_over_read": {rows: ratio}} (JSON keys)."""
+    field: {"gemv_over_read": ratio, "step_gemv_over_read": ratio, "reread_over_read": {MiB: ratio},
+    "decode_flops_streamed": {rows: FLOP/s}, "decode_over_read": {rows: ratio}} (JSON keys)."""
     return {"gemv_over_read": figures[f"gemv_over_read_{name}"],
+            "step_gemv_over_read": figures[f"step_gemv_over_read_{name}"],
             "reread_over_read": {str(mib): figures[f"reread_over_read_{name}_{mib}"] for mib in reread_sizes(stream_mib)},
             "decode_flops_streamed": {str(rows): figures[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS},
             "decode_over_read": {str(rows): figures[f"decode_over_read_{name}_{rows}"] for rows in DECODE_ROWS}}
@@ -411,7 +423,7 @@ def reprobe_kernel(probe: dict, name: str, repeats: int = 3) -> dict:
     figures = _memory_state_figures(name, probe["stream_mib"], plain, repeats)
     now = probe_at_read(probe, statistics.median(sums))
     for field, value in _state_fields(figures, name, probe["stream_mib"]).items():
-        now[field] = {**probe[field], name: value}
+        now[field] = {**probe.get(field, {}), name: value}
     now["gemv_bytes_s"] = {**now["gemv_bytes_s"], name: now["gemv_over_read"][name] * now["read_bytes_s_sum"]}
     now["decode_flops"] = few_row_rates_at(now, now["read_bytes_s_sum"])
     return now

@@ -73,8 +73,9 @@ class HardwareSpec:
         """The rate of a decode step's matmuls at `batch` rows: on the CPU the probed rate of the engine's
         few-row kernels at that many rows (linear between the probed batches, the nearest one outside them),
         below what its prefill kernels reach; elsewhere the device's peak. With `step_bytes` (what the step
-        re-reads), in the memory state that working set reads in: its re-read rate over the stream's
-        (reread_gain) as a faster memory, which moves a memory-bound pass up to its rate in cache (few_row_rates_at)."""
+        re-reads), in the memory state that working set reads in: its re-read rate over the one-row pass's on the
+        probe's stream (reread_gain) as a faster memory, which moves a memory-bound pass up to its rate in cache
+        (few_row_rates_at)."""
         kernel = self.compute_type(weights)
         rates = (self.probe.get("decode_flops") or {}).get(kernel) if self.kind == "cpu" else None
         if not rates:
@@ -99,12 +100,20 @@ class HardwareSpec:
         return (self.probe.get("gemv_bytes_s") or {}).get(kernel) or self.bandwidth_bytes
 
     def reread_gain(self, weights: str, step_bytes: float | None) -> float:
-        """How much faster than the stream this format's kernel reads `step_bytes` it re-reads every step (at least
-        1; 1 on a GPU, on an older probe or without a size)."""
-        curve = (self.probe.get("reread_over_read") or {}).get(self.compute_type(weights)) if self.kind == "cpu" else None
+        """How much faster this format's kernel reads `step_bytes` it re-reads every step than its one-row pass read
+        the probe's stream where the few-row passes were timed (cpu_probe.one_row_share; on an older probe its re-read
+        of the stream), at least 1; 1 on a GPU, on an older probe without a re-read curve, or without a size. Why
+        against that pass: the few-row passes' reads are set against it (a 2-row INT8-SQ pass at 1.1-1.3x a sum's
+        read where the one-row pass read 1.2-1.3x, in the step both read ~1.8x, this Xeon with AMX 2026-11-29)."""
+        kernel = self.compute_type(weights) if self.kind == "cpu" else None
+        curve = (self.probe.get("reread_over_read") or {}).get(kernel) if kernel else None
         if not curve or not step_bytes:
             return 1.0
-        return _reread_ratio(curve, step_bytes) / _reread_ratio(curve, None)
+        if kernel in (self.probe.get("step_gemv_over_read") or {}):
+            from toolkit.plan.cpu_probe import one_row_share  # imports this module
+
+            return max(1.0, _reread_ratio(curve, step_bytes) / one_row_share(self.probe, kernel))
+        return max(1.0, _reread_ratio(curve, step_bytes) / _reread_ratio(curve, None))
 
     def _read_rate_at(self, nbytes: float) -> float:
         """The probe's read rate re-reading a working set of `nbytes` (its curve, interpolated in log size); past the

@@ -240,9 +240,9 @@ class NativeKernels:
         library.decode_step.restype = c.c_int
         library.decode_in_one_region.argtypes = [c.POINTER(_ModelDesc)]
         library.decode_in_one_region.restype = c.c_int
-        library.team_linears_seconds.argtypes = [c.POINTER(_LinearDesc), c.c_int, c.c_void_p, c.c_int64, c.c_void_p,
+        library.step_linears_seconds.argtypes = [c.POINTER(_LinearDesc), c.c_int, c.c_void_p, c.c_int64, c.c_void_p,
                                                  c.c_int, c.c_int]
-        library.team_linears_seconds.restype = c.c_double
+        library.step_linears_seconds.restype = c.c_double
         library.gemm_int8_vnni_available.restype = c.c_int
         library.round_activations.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int, c.c_float, c.c_void_p]
         library.widen_int8.argtypes = [c.c_void_p, c.c_void_p, c.c_int, c.c_int, c.c_void_p]
@@ -377,17 +377,18 @@ class NativeKernels:
         more), rather than a team per GEMM and attention call with the work between them on one thread."""
         return bool(self._lib.decode_in_one_region(ctypes.byref(model.desc)))
 
-    def team_linears_seconds(self, linears: list[NativeLinear], x, calls: int = 1, out=None) -> float | None:
+    def step_linears_seconds(self, linears: list[NativeLinear], x, calls: int = 1, out=None) -> float | None:
         """Benchmarks only (the planner's probe): seconds for `calls` rounds of `linears` one after another on x
-        [rows, k] (bf16; every linear's k the same), as the one-region decode step runs its GEMMs (csrc/decode_step.c's
-        team_linears_seconds); None where that step would not run them (another kernel or activation, one thread).
+        [rows, k] (bf16; every linear's k the same), as the C decode step runs its GEMMs: in one OpenMP region where it
+        runs its layers so, else one kernel call after another from C (csrc/decode_step.c's step_linears_seconds);
+        None where the C step would not run them (a kernel this build lacks, another activation dtype).
         out [rows, the widest n], where given, receives each linear's output in turn (the last one's stays)."""
         import torch
 
         descs = (_LinearDesc * len(linears))(*[DecodeModel._linear(lin, None) for lin in linears])
         y = out if out is not None else torch.empty(x.shape[0], max(lin.n for lin in linears), dtype=x.dtype)
         x = x.contiguous()
-        seconds = self._lib.team_linears_seconds(descs, len(linears), x.data_ptr(), x.shape[0], y.data_ptr(),
+        seconds = self._lib.step_linears_seconds(descs, len(linears), x.data_ptr(), x.shape[0], y.data_ptr(),
                                                  ACTIVATION_KINDS[str(x.dtype)], calls)
         return None if seconds < 0 else seconds
 

@@ -496,33 +496,48 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
 }
 
 /* Benchmarks only (toolkit/plan/cpu_probe.py): seconds for `calls` rounds of `count` linears one after another on
- * x [M, k] (every linear's k the same) into y [M, widest n], as decode_layers_team runs a step's GEMMs: one OpenMP
- * region, each thread its share of each linear (team_linear) on its own copy of x, a barrier after each. Why: the
- * same kernels called one by one from Python (a team per call, its Python cost taken out) read int4's weights at 2
- * rows at 0.54-0.81 of a sum's rate, where the step's GEMMs read them at 0.98-1.1 of it (2026-11-27). -1 where a linear
- * is not on a kernel with a per-thread share, the activations are not bf16, there is one thread, or no memory. */
-double team_linears_seconds(const linear_t *ls, int count, const void *x, int64_t M, void *y, int act, int calls) {
-    if (act != BF16 || omp_get_max_threads() < 2 || count < 1) return -1.0;
-    for (int j = 0; j < count; j++)
-        if (!team_kind(&ls[j]) || ls[j].k != ls[0].k) return -1.0;
-    const int64_t K = ls[0].k, es = act_bytes(act), threads = omp_get_max_threads();
+ * x [M, k] (every linear's k the same) into y [M, widest n], as a decode step runs its GEMMs. Where decode_layers would
+ * run them in one OpenMP region (every linear a team_kind, bf16 activations, a team), as decode_layers_team does: each
+ * thread its share of each linear (team_linear) on its own copy of x, a barrier after each. Else as decode_layers
+ * does: run_linear on each in turn (each kernel its own team), on a fresh copy of x. Why not from Python: the same
+ * kernels called one by one from there (a team per call, its Python cost taken out) read int4's weights at 2 rows at
+ * 0.54-0.81 of a sum's rate, where the step's GEMMs read them at 0.98-1.1 of it (2026-11-27); INT8-SQ's on AMX tiles at
+ * 1 row 1.5x a sum's rate where the step read them at 1.85x (2026-11-29). -1 where a linear's kind is not compiled into
+ * this library, the k differ, the activations are not bf16, or no memory. */
+double step_linears_seconds(const linear_t *ls, int count, const void *x, int64_t M, void *y, int act, int calls) {
+    if (act != BF16 || count < 1) return -1.0;
+    int in_team = omp_get_max_threads() >= 2;
+    for (int j = 0; j < count; j++) {
+        if (!decode_kind_supported(ls[j].kind) || ls[j].k != ls[0].k) return -1.0;
+        in_team = in_team && team_kind(&ls[j]);
+    }
+    const int64_t K = ls[0].k;
+    const int64_t es = act_bytes(act), threads = in_team ? omp_get_max_threads() : 1;
     const int64_t x_bytes = (M * K * es + 63) / 64 * 64;
-    const int64_t own_bytes = x_bytes + (prepared_bytes(M, K) + 63) / 64 * 64;
+    const int64_t own_bytes = x_bytes + (in_team ? (prepared_bytes(M, K) + 63) / 64 * 64 : 0);
     char *own = aligned_alloc(64, threads * own_bytes);
     if (own == NULL) return -1.0;
     init_fp8();
     const double start = now_seconds();
-    #pragma omp parallel num_threads(threads)
-    {
-        const int t = omp_get_thread_num(), T = omp_get_num_threads();
-        char *xp = own + t * own_bytes, *scratch = xp + x_bytes;
-        for (int c = 0; c < calls; c++) {
-            for (int j = 0; j < count; j++) {
-                memcpy(xp, x, M * K * es);  /* as a step's threads take a fresh input per GEMM */
-                team_linear(&ls[j], xp, 0, M, M, y, act, t, T, scratch, 0, 0);
-                #pragma omp barrier
+    if (in_team) {
+        #pragma omp parallel num_threads(threads)
+        {
+            const int t = omp_get_thread_num(), T = omp_get_num_threads();
+            char *xp = own + t * own_bytes, *scratch = xp + x_bytes;
+            for (int c = 0; c < calls; c++) {
+                for (int j = 0; j < count; j++) {
+                    memcpy(xp, x, M * K * es);  /* as a step's threads take a fresh input per GEMM */
+                    team_linear(&ls[j], xp, 0, M, M, y, act, t, T, scratch, 0, 0);
+                    #pragma omp barrier
+                }
             }
         }
+    } else {
+        for (int c = 0; c < calls; c++)
+            for (int j = 0; j < count; j++) {
+                memcpy(own, x, M * K * es);  /* run_linear may smooth or round its input in place */
+                run_linear(&ls[j], own, M, y, act, 0);
+            }
     }
     const double seconds = now_seconds() - start;
     free(own);
