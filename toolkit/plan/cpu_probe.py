@@ -21,14 +21,15 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   faster, up to its in-cache rate; one that read them much slower was compute-bound, and runs no faster.
 - Attention: the engine's fused decode-attention kernel, query heads x context tokens per second, each
   layer's KV cache read from memory as in a step.
-- Working set: each kernel at batch 1 as the one-region step runs it, re-reading working sets of REREAD_MIB up to
-  the stream, each pass over a sum's stream read right after it: a decode step re-reads the same weights every step,
-  and what a cache keeps of them between steps depends on the cache's size, on what else shares it (a VM's
-  neighbours) and on how the kernel walks its weights, none of which a sum's re-reads or the cache's size from sysfs
-  told (probe version 27 charged the stream's rate past a 32 MiB L3 where INT4-AWQ's 55 MB steps read their weights
-  1.2-1.5x faster in this VM's slow memory state, 2026-11-27). The planner reads a step's weights at the curve's
-  ratio at the step's bytes times the sum read, and moves its few-row rates to the memory state that many bytes read
-  in. A sum's read curve (16 MiB .. 1 GiB) and the cache's size still place the KV cache's reads.
+- Working set: each kernel at batch 1 as the C step runs it, re-reading working sets of REREAD_MIB below the stream,
+  the stream, and REREAD_ABOVE_STREAM times it, each pass over a sum's stream read right after it: a decode step
+  re-reads the same weights every step, and what a cache keeps of them between steps depends on the cache's size, on
+  what else shares it (a VM's neighbours) and on how the kernel walks its weights, none of which a sum's re-reads or
+  the cache's size from sysfs told (probe version 27 charged the stream's rate past a 32 MiB L3 where INT4-AWQ's
+  55 MB steps read their weights 1.2-1.5x faster in this VM's slow memory state, 2026-11-27). The planner reads a
+  step's weights at the curve's ratio at the step's bytes times the sum read, and moves its few-row rates to the
+  memory state that many bytes read in. A sum's read curve (16 MiB .. 1 GiB) and the cache's size still place the KV
+  cache's reads.
 - Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
   (max − min) / max is recorded beside it. Everything on the torch thread count in use.
 
@@ -59,7 +60,7 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state;
 # 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set;
 # 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens)
-VERSION = 31
+VERSION = 32
 PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
@@ -76,6 +77,10 @@ READ_CURVE_MIB = (16, 32, 64, 128, 256, 512, 1024)
 # sum's stream read: int4 2.5-3.3 at 16 MiB, 1.4-1.5 at 32, 1.15-1.3 at 56, 0.9-1.0 at 128; bf16 1.5 at 56, 1.1-1.2
 # at 128.
 REREAD_MIB = (16, 24, 32, 48, 64, 96)
+# ... and sets larger than the stream, as multiples of it: on a Xeon with AMX (2 vCPUs of a socket whose L3 the VM
+# reports as 480 MiB, 2026-11-29) bf16 re-read 128 MiB at 1.85-1.89x a sum's read, 192 at 1.6, 256 at 1.4-1.5, and
+# `small`'s 194 MiB bf16 step 1.45x: the curve held at its 128 MiB point had put that step 17-38 % fast.
+REREAD_ABOVE_STREAM = (1.5, 2)
 REREAD_CALLS = 2  # passes over the set in one timing, after as many untimed ones (the sum read before evicted it)
 # GEMV reads each paired with a sum read of the same bytes (paired_read_ratio). Measured on the 2-core Zen 4 VM
 # (2026-11-27), whose memory flips between ~30 and ~55 GB/s within seconds and stays in either for seconds to half
@@ -225,8 +230,10 @@ def _pass_timer(name: str, linears, x, calls: int, repeats: int, as_in_step: boo
 
 
 def reread_sizes(stream_mib: int) -> list[int]:
-    """The working sets (MiB) each kernel's re-read is probed at: REREAD_MIB below the stream, and the stream."""
-    return [mib for mib in REREAD_MIB if mib < stream_mib] + [stream_mib]
+    """The working sets (MiB) each kernel's re-read is probed at: REREAD_MIB below the stream, the stream, and
+    REREAD_ABOVE_STREAM times it."""
+    return ([mib for mib in REREAD_MIB if mib < stream_mib] + [stream_mib]
+            + [round(stream_mib * times) for times in REREAD_ABOVE_STREAM])
 
 
 def _reread_ratios(name: str, stream_mib: int, plain, repeats: int) -> dict[int, float]:
@@ -238,7 +245,7 @@ def _reread_ratios(name: str, stream_mib: int, plain, repeats: int) -> dict[int,
 
     matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
     linears = [_kernel(name, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES)
-               for _ in range(max(1, int(stream_mib * 2**20 // matrix_bytes)))]
+               for _ in range(max(1, int(max(reread_sizes(stream_mib)) * 2**20 // matrix_bytes)))]
     gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
     x = torch.randn(1, DECODE_IN_FEATURES, dtype=linears[0][1])
     ratios = {}

@@ -96,7 +96,7 @@ class HardwareSpec:
         kernel = self.compute_type(weights)
         curve = (self.probe.get("reread_over_read") or {}).get(kernel)
         if curve:
-            return _reread_ratio(curve, step_bytes) * self.probe["read_bytes_s_sum"]
+            return _reread_ratio(curve, step_bytes or self._stream_bytes()) * self.probe["read_bytes_s_sum"]
         return (self.probe.get("gemv_bytes_s") or {}).get(kernel) or self.bandwidth_bytes
 
     def reread_gain(self, weights: str, step_bytes: float | None) -> float:
@@ -113,7 +113,10 @@ class HardwareSpec:
             from toolkit.plan.cpu_probe import one_row_share  # imports this module
 
             return max(1.0, _reread_ratio(curve, step_bytes) / one_row_share(self.probe, kernel))
-        return max(1.0, _reread_ratio(curve, step_bytes) / _reread_ratio(curve, None))
+        return max(1.0, _reread_ratio(curve, step_bytes) / _reread_ratio(curve, self._stream_bytes()))
+
+    def _stream_bytes(self) -> float:
+        return self.probe.get("stream_mib", 128) * 2**20
 
     def _read_rate_at(self, nbytes: float) -> float:
         """The probe's read rate re-reading a working set of `nbytes` (its curve, interpolated in log size); past the
@@ -158,15 +161,16 @@ class HardwareSpec:
         return asdict(self)
 
 
-def _reread_ratio(curve: dict[str, float], nbytes: float | None) -> float:
+def _reread_ratio(curve: dict[str, float], nbytes: float) -> float:
     """A re-read curve ({MiB: ratio to the sum's stream read}) at `nbytes`, interpolated in log size; the smallest
-    set's ratio below it, the stream's (its largest) above it or without a size. Each set reads at least as fast as any
-    larger one (a point below a larger set's is noise: nothing re-reads more bytes faster)."""
+    set's ratio below it, the largest's above it (what sets larger than the probe's re-read is not measured). Each set
+    reads at least as fast as any larger one (a point below a larger set's is noise: nothing re-reads more bytes
+    faster)."""
     points, floor = [], 0.0
     for mib, ratio in sorted(((int(m), r) for m, r in curve.items()), reverse=True):
         floor = max(floor, ratio)
         points.append((math.log2(mib * 2**20), floor))
-    return _interpolate(points, math.log2(nbytes) if nbytes else points[0][0])
+    return _interpolate(points, math.log2(nbytes))
 
 
 def _interpolate(points: list[tuple[float, float]], x: float) -> float:
