@@ -705,7 +705,8 @@ def main() -> None:
 
     from toolkit.engine.runtime.cpu_binding import apply_binding, engine_binding
     from toolkit.model.spec import load_model_spec
-    from toolkit.plan.cpu_probe import measure_cpu, probe_at_read, reprobe_kernel, spec_from_probe, stream_reader
+    from toolkit.plan.cpu_probe import (measure_cpu, probe_at_read, reprobe_kernel, spec_from_probe, stream_reader,
+                                         with_layer_prefill_rates)
     from toolkit.plan.roofline import (cpu_crossover_batch, cpu_decode_step, cpu_decode_step_seconds,
                                        cpu_prefill_seconds, weights_for)
 
@@ -717,7 +718,9 @@ def main() -> None:
     native = not args.torch_ops
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__}, "
           f"{binding.describe()}; load average {os.getloadavg()[0]:.1f} (others' work makes figures noisy)")
-    probe = measure_cpu(rounds=2, binding=binding)
+    spec = load_model_spec(build / "models" / args.model)
+    # the prompt GEMMs' rate on this model's own layer shapes (the planner's prefill floor), as `toolkit plan` takes it
+    probe = with_layer_prefill_rates(measure_cpu(rounds=2, binding=binding), spec, binding, save=False)
     bandwidth = probe["bandwidth_bytes_s"]
     print(f"bandwidth as a decode step reads it: {bandwidth / 1e9:.1f} GB/s ({probe['bandwidth_kernel']} GEMV over "
           f"{probe['stream_mib']} MiB); a sum re-reading a working set of "
@@ -727,7 +730,6 @@ def main() -> None:
     # read_once's rate as the sum read the probe scales its kernels' rates by (probe_at_read)
     as_sum = 1.0 if probe["bandwidth_kernel"] == "sum" else 1 / probe["gemv_over_read"][probe["bandwidth_kernel"]]
     given_step_cost = args.step_cost_ms / 1e3 if args.step_cost_ms is not None else None
-    spec = load_model_spec(build / "models" / args.model)
     rows = {}
     for qformat in args.formats.split(","):
         ckpt = build / "checkpoints" / f"{args.model}-{qformat}"

@@ -351,6 +351,18 @@ def test_cpu_crossover_batch_comes_earlier_for_int4():
     as_called = {**PROBE, "prefill_flops": {"bf16": 150e9, "int8a8": 120e9}}
     assert cpu_prefill_seconds(SMALL, "int8_sq", 128, as_called, step_overhead_s=0, sequence_overhead_s=0) == \
         pytest.approx(2 * 106_980_096 * 128 / 120e9)
+    # ... and on this model's own layer shapes where the probe has them (q/k/v 1280 x 768, o 768 x 768, gate/up
+    # 4096 x 768, down 768 x 2048: 6,291,456 weights, small's linears a layer); another model's keep the 2048 x 2048 rate
+    assert SMALL.layer_gemm_shapes == [(1280, 768), (768, 768), (4096, 768), (768, 2048)]
+    assert sum(n * k for n, k in SMALL.layer_gemm_shapes) * SMALL.num_layers == SMALL.linear_params
+    own = {**as_called, "prefill_flops_by_layer": {"1280x768,768x768,4096x768,768x2048": {"int8a8": 80e9}}}
+    assert cpu_prefill_seconds(SMALL, "int8_sq", 128, own, step_overhead_s=0, sequence_overhead_s=0) == \
+        pytest.approx(2 * 106_980_096 * 128 / 80e9)
+    assert cpu_prefill_seconds(SMALL, "fp8", 128, {**own, "prefill_flops": {"fp8": 90e9}}, step_overhead_s=0,
+                               sequence_overhead_s=0) == pytest.approx(2 * 106_980_096 * 128 / 90e9)
+    wider = replace(SMALL, hidden_size=1024)
+    assert cpu_prefill_seconds(wider, "int8_sq", 128, own, step_overhead_s=0, sequence_overhead_s=0) == \
+        pytest.approx(2 * wider.total_params * 128 / 120e9)
     # Beyond the GEMMs: causal attention at the probed kernel rate (128 · 129 / 2 positions · 12 heads · 16 layers
     # = 1,585,152 head-tokens at 200 M/s: 7.93 ms) and each prompt token's per-sequence cost (128 · 20 us).
     with_attention = {**as_called, "attention_head_tokens_s": 200e6}
@@ -505,6 +517,35 @@ def test_few_row_rates_move_with_the_memory_state_only_where_the_pass_was_memory
     assert gflops(20e9) == pytest.approx({"2": 152, "4": 304, "8": 500})
     moved = probe_at_read({**PROBE, **probe, "read_bytes_s_sum": 50e9, "read_curve_bytes_s": {"128": 50e9}}, 20e9)
     assert moved["decode_flops"] == few_row_rates_at(probe, 20e9)
+
+
+def test_prompt_gemms_probed_on_the_models_own_layer_measured_once_and_cached(tmp_path, monkeypatch):
+    """with_layer_prefill_rates: each kernel's 128-row GEMMs over the model's own layer (real kernels, a tiny layer
+    here), saved into the probe's cache so that planning the model again measures nothing; a layer too large to copy
+    keeps the probe as it is."""
+    import functools
+
+    from toolkit.plan import cpu_probe
+
+    monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu_probe.json")
+    monkeypatch.setattr(cpu_probe, "measure_cpu", functools.partial(cpu_probe.measure_cpu, rounds=1,
+                                                                    stream_mib=4, repeats=1))
+    probe = cpu_probe.cpu_probe()
+    tiny = ModelSpec("tiny", hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=64,
+                     intermediate_size=384, vocab_size=512)
+    with_rates = cpu_probe.with_layer_prefill_rates(probe, tiny)
+    rates = with_rates["prefill_flops_by_layer"][cpu_probe.layer_key(tiny)]
+    assert cpu_probe.layer_key(tiny) == "512x256,256x256,768x256,256x384"
+    assert set(rates) == set(cpu_probe.KERNELS) and min(rates.values()) > 0
+    assert "prefill_flops_by_layer" not in probe  # the probe passed in unchanged
+    assert json.loads((tmp_path / "cpu_probe.json").read_text())["prefill_flops_by_layer"] == \
+        with_rates["prefill_flops_by_layer"]
+    monkeypatch.setattr(cpu_probe, "layer_prefill_rates", lambda *a, **k: pytest.fail("measured again"))
+    assert cpu_probe.with_layer_prefill_rates(cpu_probe.cpu_probe(), tiny) == with_rates
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu_probe, "LAYER_PREFILL_MAX_MIB", 0)
+    assert cpu_probe.layer_prefill_rates(tiny, 4) is None
+    assert cpu_probe.with_layer_prefill_rates(probe, tiny, save=False) == probe
 
 
 def test_nvfp4_is_refused_on_the_cpu_engine():

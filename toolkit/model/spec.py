@@ -55,6 +55,13 @@ class ModelSpec:
         return self.num_layers * (self.attention_params_per_layer + self.mlp_params_per_layer)
 
     @property
+    def layer_gemm_shapes(self) -> list[tuple[int, int]]:
+        """(out, in) features of one layer's matmuls as engines fuse them: q/k/v, o, gate/up, down."""
+        q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return [(q_out + 2 * kv_out, self.hidden_size), (self.hidden_size, q_out),
+                (2 * self.intermediate_size, self.hidden_size), (self.hidden_size, self.intermediate_size)]
+
+    @property
     def total_params(self) -> int:
         per_layer = self.attention_params_per_layer + self.mlp_params_per_layer + self.norm_params_per_layer
         return self.num_layers * per_layer + self.embedding_params + self.lm_head_params + self.hidden_size

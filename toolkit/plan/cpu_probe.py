@@ -145,25 +145,25 @@ def _kernel(name: str, out_features: int, in_features: int):
 
     native = native_kernels.load()
     block = min(out_features, 1024)
-    repeats = out_features // block
+    repeats = -(-out_features // block)  # the rows repeated, cut to out_features (q/k/v's 1280: not 1024)
     if name in ("fp32", "bf16"):
         dtype = torch.float32 if name == "fp32" else torch.bfloat16
-        linear = kernels.DenseLinear(torch.randn(block, in_features).repeat(repeats, 1), dtype, native)
+        linear = kernels.DenseLinear(torch.randn(block, in_features).repeat(repeats, 1)[:out_features], dtype, native)
         return linear.weight_bytes, dtype, linear
     if name == "int8a8":
         # ModelOpt's range (amax / 127: no -128, which the AVX2 int8 x int8 kernel refuses for the widening one)
-        values = torch.randint(-127, 128, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
-        linear = kernels.Int8Linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, "int8",
+        values = torch.randint(-127, 128, (block, in_features), dtype=torch.int8).repeat(repeats, 1)[:out_features]
+        linear = kernels.Int8Linear(values, torch.rand(out_features) * 0.01, torch.bfloat16, "int8",
                                     torch.tensor(0.02), native=native)
         return linear.weight_bytes, torch.bfloat16, linear
     if name == "fp8":
-        values = (torch.randn(block, in_features) * 40).to(torch.float8_e4m3fn).repeat(repeats, 1)
-        linear = kernels.fp8_linear(values, torch.rand(block * repeats) * 0.01, torch.bfloat16, "fp8",
+        values = (torch.randn(block, in_features) * 40).to(torch.float8_e4m3fn).repeat(repeats, 1)[:out_features]
+        linear = kernels.fp8_linear(values, torch.rand(out_features) * 0.01, torch.bfloat16, "fp8",
                                     torch.tensor(0.01), native=native)
         return linear.weight_bytes, torch.bfloat16, linear
     if name in ("int4", "w4a8"):
-        values = torch.randint(-8, 8, (block, in_features), dtype=torch.int8).repeat(repeats, 1)
-        scales = torch.rand(block * repeats, in_features // INT4_GROUP) * 0.01
+        values = torch.randint(-8, 8, (block, in_features), dtype=torch.int8).repeat(repeats, 1)[:out_features]
+        scales = torch.rand(out_features, in_features // INT4_GROUP) * 0.01
         act_quant, input_scale = ("fp8", torch.tensor(0.01)) if name == "w4a8" else (None, None)
         linear = kernels.Int4Linear(values, scales, INT4_GROUP, torch.bfloat16, act_quant, input_scale, native=native)
         return linear.weight_bytes, torch.bfloat16, linear
@@ -511,6 +511,74 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         rates, _ = _streamed_rates(name, (PREFILL_ROWS,), 2048, 2048, stream_mib * 2**20 // 2, repeats)
         figures[f"prefill_flops_{name}"] = rates[PREFILL_ROWS]
     return figures
+
+
+# A model's own layer is probed for its prompt GEMMs where one fits in this much (bf16): larger layers' shapes run at
+# least as fast as the 2048 x 2048 matrices of prefill_flops, smaller ones slower (`small`'s K = 768: INT8-SQ's
+# 128-token GEMMs at 2.0 TFLOP/s where 2048 x 2048 ran 2.7, its TTFT 1.45x the planner's floor, this AMX Xeon 2026-11-29)
+LAYER_PREFILL_MAX_MIB = 128
+
+
+def layer_key(spec) -> str:
+    """The key of a model's layer shapes in a probe's prefill_flops_by_layer ("1280x768,768x768,...": out x in)."""
+    return ",".join(f"{n}x{k}" for n, k in spec.layer_gemm_shapes)
+
+
+def layer_prefill_rates(spec, stream_mib: int, repeats: int = 3) -> dict[str, float] | None:
+    """Each kernel's FLOP/s over `spec`'s layer GEMMs at PREFILL_ROWS rows, called from Python one after another as
+    a prompt runs its layers (q/k/v, o, gate/up, down), copies of the layer streamed over half the stream as
+    prefill_flops' matrices are; None where a layer is over LAYER_PREFILL_MAX_MIB in bf16 (its shapes run at least
+    at prefill_flops' rate, and a copy of it would cost the probe that much memory per kernel)."""
+    import torch
+
+    shapes = spec.layer_gemm_shapes
+    if 2 * sum(n * k for n, k in shapes) > LAYER_PREFILL_MAX_MIB * 2**20:
+        return None
+    rates = {}
+    for name in KERNELS:
+        layer_bytes = sum(n * k for n, k in shapes) * _WEIGHT_BYTES[name]
+        copies = max(1, int(stream_mib * 2**20 // 2 // layer_bytes))
+        linears = [_kernel(name, n, k) for _ in range(copies) for n, k in shapes]
+        gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
+        inputs = {k: torch.randn(PREFILL_ROWS, k, dtype=linears[0][1]) for _, k in shapes}
+        pairs = [(fn, inputs[k]) for (_, _, fn), (_, k) in zip(linears, shapes * copies, strict=True)]
+
+        def one_pass(pairs=pairs) -> None:
+            for fn, x in pairs:
+                fn(x)
+
+        rates[name] = 2 * PREFILL_ROWS * sum(n * k for n, k in shapes) * copies / _best_seconds(one_pass, repeats)
+        del linears, pairs
+    return rates
+
+
+def with_layer_prefill_rates(probe: dict, spec, binding=None, save: bool = True) -> dict:
+    """`probe` with its kernels' prompt GEMM rates on `spec`'s own layer (prefill_flops_by_layer[layer_key(spec)],
+    which the planner's prefill floor takes over prefill_flops): as cached beside the probe, else measured now on
+    `binding` (the engine's default where None) and, with `save`, written into the probe's cache. Unchanged where
+    the layer is too large to probe (layer_prefill_rates)."""
+    from toolkit.engine.runtime.cpu_binding import bound, engine_binding
+
+    key = layer_key(spec)
+    if key in (probe.get("prefill_flops_by_layer") or {}):
+        return probe
+    print(f"probing this CPU's prompt GEMMs on {spec.name}'s layer shapes ({key}) ...", file=sys.stderr, flush=True)
+    with bound(binding or engine_binding()):
+        rates = layer_prefill_rates(spec, probe.get("stream_mib", 128))
+    if rates is None:
+        return probe
+    probe = {**probe, "prefill_flops_by_layer": {**(probe.get("prefill_flops_by_layer") or {}), key: rates}}
+    if save:
+        default = engine_binding()
+        path = cache_path(binding or default, default)
+        try:
+            cached = json.loads(path.read_text()) if path.is_file() else {}
+        except json.JSONDecodeError:
+            cached = {}
+        if cached.get("measured") == probe.get("measured"):  # the cached probe is this one: keep the rates with it
+            layers = {"prefill_flops_by_layer": probe["prefill_flops_by_layer"]}
+            path.write_text(json.dumps({**cached, **layers}, indent=2) + "\n")
+    return probe
 
 
 def last_level_cache_bytes() -> int | None:

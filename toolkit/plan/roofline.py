@@ -123,15 +123,23 @@ def crossover_batch(spec: ModelSpec, hw: HardwareSpec, d: Deployment, context_to
     return high
 
 
-def prefill_flops_rate(hw: HardwareSpec, weights: str) -> float:
+def prefill_flops_rate(hw: HardwareSpec, weights: str, spec: ModelSpec | None = None) -> float:
     """The rate prefill's matmuls can reach. On the CPU the probed rate of the format's kernel as prefill
     calls it (weights streamed from memory, a prompt chunk of rows, each format on the kernel the engine
-    runs prompt chunks on). Without that figure (older probes, hand-made specs): a weight-only kernel is built
-    for small batches, and at prompt length an engine can widen a layer's weights to bf16 and use the
-    bf16 GEMM, so the faster of the two peaks."""
+    runs prompt chunks on): on `spec`'s own layer shapes where the probe has them (cpu_probe.with_layer_prefill_rates;
+    a small model's short rows run slower), else on 2048 x 2048 matrices. Without either (older probes, hand-made
+    specs): a weight-only kernel is built for small batches, and at prompt length an engine can widen a layer's
+    weights to bf16 and use the bf16 GEMM, so the faster of the two peaks."""
     if hw.kind != "cpu":
         return hw.peak_flops(weights)
-    measured = (hw.probe.get("prefill_flops") or {}).get(hw.compute_type(weights))
+    kernel = hw.compute_type(weights)
+    if spec is not None:
+        from toolkit.plan.cpu_probe import layer_key  # imports torch lazily only in its functions
+
+        by_layer = (hw.probe.get("prefill_flops_by_layer") or {}).get(layer_key(spec)) or {}
+        if kernel in by_layer:
+            return by_layer[kernel]
+    measured = (hw.probe.get("prefill_flops") or {}).get(kernel)
     return measured or max(hw.peak_flops(weights), hw.peak_flops("bf16"))
 
 
@@ -141,7 +149,7 @@ def prefill_seconds(spec: ModelSpec, hw: HardwareSpec, d: Deployment, tokens: in
     also what its GEMMs do not cover (once the int8 GEMM made INT8-SQ's matmuls 4x faster, a third of its
     TTFT): causal attention at the attention kernel's rate probed as a prompt calls it (token i reads i + 1
     positions), and per prompt token what a decoded token costs beyond the GEMMs (norms, RoPE, SwiGLU, KV writes)."""
-    compute = 2 * spec.total_params * tokens / (prefill_flops_rate(hw, d.weights) * d.tp)
+    compute = 2 * spec.total_params * tokens / (prefill_flops_rate(hw, d.weights, spec) * d.tp)
     memory = weight_bytes(spec, d.weights) / d.tp / hw.bandwidth_bytes
     attention_rate = hw.prefill_attention_rate(tokens)
     attention = (tokens * (tokens + 1) / 2 * spec.num_heads * spec.num_layers / attention_rate
@@ -202,7 +210,7 @@ def plan_roofline(spec: ModelSpec, hw: HardwareSpec, d: Deployment, mem: MemoryP
         if bound == "capacity":
             break
     return Roofline(
-        crossover=crossover, peak_flops=hw.decode_peak_flops(d.weights, d.batch), prefill_peak_flops=prefill_flops_rate(hw, d.weights),
+        crossover=crossover, peak_flops=hw.decode_peak_flops(d.weights, d.batch), prefill_peak_flops=prefill_flops_rate(hw, d.weights, spec),
         crossover_batch=crossover_batch(spec, hw, d, context),
         prefill_intensity=prefill_ai, decode_intensity=decode_ai,
         prefill_bound="compute" if prefill_ai >= crossover else "memory",

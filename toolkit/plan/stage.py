@@ -9,6 +9,7 @@ fits), and a config written for a GPU deployment gives its own values to a GPU p
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from toolkit.config import DeploymentConfig
@@ -94,10 +95,14 @@ def plan_for_config(config: DeploymentConfig, spec: ModelSpec, device: str | Non
         flags["weights"] = flags.get("weights") or qformat
         if kv != "none":
             flags["kv_dtype"] = flags.get("kv_dtype") or kv
-    hw = hardware_spec(device, reprobe=reprobe, binding=engine_binding_for(config) if is_cpu(device) else None)
+    binding = engine_binding_for(config) if is_cpu(device) else None
+    hw = hardware_spec(device, reprobe=reprobe, binding=binding)
     if hw.kind == "cpu":
+        from toolkit.plan.cpu_probe import with_layer_prefill_rates
+
         overhead = config.plan.cpu_step_overhead_ms if step_overhead_ms is None else step_overhead_ms
         hw = cpu_hardware(hw, None if overhead is None else overhead / 1e3, spec)
+        hw = replace(hw, probe=with_layer_prefill_rates(hw.probe, spec, binding))  # its prompt GEMMs' shapes
     return make_plan(spec, hw, deployment_for_config(config, spec, device, **flags))
 
 
