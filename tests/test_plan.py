@@ -352,7 +352,7 @@ def test_cpu_crossover_batch_comes_earlier_for_int4():
     assert cpu_prefill_seconds(SMALL, "int8_sq", 128, as_called, step_overhead_s=0, sequence_overhead_s=0) == \
         pytest.approx(2 * 106_980_096 * 128 / 120e9)
     # ... and on this model's own layer shapes where the probe has them (q/k/v 1280 x 768, o 768 x 768, gate/up
-    # 4096 x 768, down 768 x 2048: 6,291,456 weights, small's linears a layer); another model's keep the 2048 x 2048 rate
+    # 4096 x 768, down 768 x 2048: 6,291,456 weights, small's linears a layer); another model's: the 2048 x 2048 rate
     assert SMALL.layer_gemm_shapes == [(1280, 768), (768, 768), (4096, 768), (768, 2048)]
     assert sum(n * k for n, k in SMALL.layer_gemm_shapes) * SMALL.num_layers == SMALL.linear_params
     own = {**as_called, "prefill_flops_by_layer": {"1280x768,768x768,4096x768,768x2048": {"int8a8": 80e9}}}

@@ -515,7 +515,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
 
 # A model's own layer is probed for its prompt GEMMs where one fits in this much (bf16): larger layers' shapes run at
 # least as fast as the 2048 x 2048 matrices of prefill_flops, smaller ones slower (`small`'s K = 768: INT8-SQ's
-# 128-token GEMMs at 2.0 TFLOP/s where 2048 x 2048 ran 2.7, its TTFT 1.45x the planner's floor, this AMX Xeon 2026-11-29)
+# 128-token GEMMs at 2.0 TFLOP/s where 2048 x 2048 ran 2.7, its TTFT 1.45x the planner's floor; AMX Xeon, 2026-11-29)
 LAYER_PREFILL_MAX_MIB = 128
 
 

@@ -210,7 +210,8 @@ def plan_roofline(spec: ModelSpec, hw: HardwareSpec, d: Deployment, mem: MemoryP
         if bound == "capacity":
             break
     return Roofline(
-        crossover=crossover, peak_flops=hw.decode_peak_flops(d.weights, d.batch), prefill_peak_flops=prefill_flops_rate(hw, d.weights, spec),
+        crossover=crossover, peak_flops=hw.decode_peak_flops(d.weights, d.batch),
+        prefill_peak_flops=prefill_flops_rate(hw, d.weights, spec),
         crossover_batch=crossover_batch(spec, hw, d, context),
         prefill_intensity=prefill_ai, decode_intensity=decode_ai,
         prefill_bound="compute" if prefill_ai >= crossover else "memory",
