@@ -524,6 +524,11 @@ def layer_key(spec) -> str:
     return ",".join(f"{n}x{k}" for n, k in spec.layer_gemm_shapes)
 
 
+def _layer_probed(spec) -> bool:
+    """Whether `spec`'s layer is small enough to probe on its own shapes (LAYER_PREFILL_MAX_MIB)."""
+    return 2 * sum(n * k for n, k in spec.layer_gemm_shapes) <= LAYER_PREFILL_MAX_MIB * 2**20
+
+
 def layer_prefill_rates(spec, stream_mib: int, repeats: int = 5, rounds: int = 2) -> dict[str, float] | None:
     """Each kernel's FLOP/s over `spec`'s layer GEMMs at PREFILL_ROWS rows, called from Python one after another as
     a prompt runs its layers (q/k/v, o, gate/up, down), copies of the layer streamed over half the stream as
@@ -535,7 +540,7 @@ def layer_prefill_rates(spec, stream_mib: int, repeats: int = 5, rounds: int = 2
 
     shapes = spec.layer_gemm_shapes
     layer_weights = sum(n * k for n, k in shapes)
-    if 2 * layer_weights > LAYER_PREFILL_MAX_MIB * 2**20:
+    if not _layer_probed(spec):
         return None
     passes = {}
     for name in KERNELS:
@@ -565,13 +570,11 @@ def with_layer_prefill_rates(probe: dict, spec, binding=None, save: bool = True)
     from toolkit.engine.runtime.cpu_binding import bound, engine_binding
 
     key = layer_key(spec)
-    if key in (probe.get("prefill_flops_by_layer") or {}):
+    if key in (probe.get("prefill_flops_by_layer") or {}) or not _layer_probed(spec):
         return probe
     print(f"probing this CPU's prompt GEMMs on {spec.name}'s layer shapes ({key}) ...", file=sys.stderr, flush=True)
     with bound(binding or engine_binding()):
         rates = layer_prefill_rates(spec, probe.get("stream_mib", 128))
-    if rates is None:
-        return probe
     probe = {**probe, "prefill_flops_by_layer": {**(probe.get("prefill_flops_by_layer") or {}), key: rates}}
     if save:
         default = engine_binding()
