@@ -525,6 +525,8 @@ def test_prompt_gemms_probed_on_the_models_own_layer_measured_once_and_cached(tm
     keeps the probe as it is."""
     import functools
 
+    import torch
+
     from toolkit.plan import cpu_probe
 
     monkeypatch.setattr(cpu_probe, "CACHE", tmp_path / "cpu_probe.json")
@@ -542,6 +544,9 @@ def test_prompt_gemms_probed_on_the_models_own_layer_measured_once_and_cached(tm
         with_rates["prefill_flops_by_layer"]
     monkeypatch.setattr(cpu_probe, "layer_prefill_rates", lambda *a, **k: pytest.fail("measured again"))
     assert cpu_probe.with_layer_prefill_rates(cpu_probe.cpu_probe(), tiny) == with_rates
+    for name in cpu_probe.KERNELS:  # q/k/v's 1280 outputs, not a multiple of the 1024 rows the probe repeats
+        _, dtype, fn = cpu_probe._kernel(name, 1280, 256)
+        assert fn(torch.randn(3, 256).to(dtype)).shape == (3, 1280), name
     monkeypatch.undo()
     monkeypatch.setattr(cpu_probe, "LAYER_PREFILL_MAX_MIB", 0)
     assert cpu_probe.layer_prefill_rates(tiny, 4) is None
