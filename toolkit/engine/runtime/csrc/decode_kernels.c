@@ -2726,16 +2726,22 @@ typedef struct {
     float col_mul;
 } amx_out_t;
 
+/* 16 fp32 sums (bf16, fp8, int4) of outputs n .. n + 15 into y at `at` */
+INLINE void amx_out_f32(const amx_out_t *o, int mode, __m512 v, int64_t at, int64_t n) {
+    if (mode == AMX_FP8)
+        v = _mm512_mul_ps(v, _mm512_mul_ps(_mm512_loadu_ps(o->cols + n), _mm512_set1_ps(o->col_mul)));
+    if (o->f32) _mm512_storeu_ps((float *)o->y + at, v);
+    else _mm256_storeu_si256((__m256i *)((uint16_t *)o->y + at), (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+/* a tile row of 16 sums (int32 for INT8, else fp32) of outputs n .. n + 15 into y at `at` */
 INLINE void amx_out_row(const amx_out_t *o, int mode, const int32_t *sums, int64_t at, int64_t n) {
-    __m512 v;
-    if (mode == AMX_INT8)
-        v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums)), _mm512_set1_ps(o->pre)),
-                          _mm512_loadu_ps(o->cols + n));
-    else if (mode == AMX_FP8)
-        v = _mm512_mul_ps(_mm512_load_ps((const float *)sums), _mm512_mul_ps(_mm512_loadu_ps(o->cols + n),
-                                                                            _mm512_set1_ps(o->col_mul)));
-    else
-        v = _mm512_load_ps((const float *)sums);
+    if (mode != AMX_INT8) {
+        amx_out_f32(o, mode, _mm512_load_ps((const float *)sums), at, n);
+        return;
+    }
+    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums)), _mm512_set1_ps(o->pre)),
+                                   _mm512_loadu_ps(o->cols + n));
     if (o->f32) _mm512_storeu_ps((float *)o->y + at, v);
     else _mm256_storeu_si256((__m256i *)((uint16_t *)o->y + at), (__m256i)_mm512_cvtneps_pbh(v));
 }
@@ -2832,21 +2838,13 @@ static void amx_gemm(const void *x, int64_t M, int64_t lda, int kt, const uint8_
  * that pair of x broadcast sums 16 outputs in one register, no reduction, and fp8 / int4 widen in registers. At so
  * few rows AMX's widening through memory cost more than the dot products it saves (int4 at 1 row: 3.7 ms a step
  * against 2.4 on the AVX-512 kernel's own layout, 2026-11-24). Sums run per k tile as in amx_gemm: for int4, each
- * group's sum times its scale; x for fp8 shifted as gemm_fp8 shifts it; out [rows][N] fp32. */
-/* Tile rows 2c and 2c + 1 as bf16 (fp8 times 2^-120, int4 as exact integers). */
-INLINE void tile_rows_bf16(const uint8_t *tile, int c, int mode, __m512i table, __m512bh *w0, __m512bh *w1) {
-    if (mode == AMX_BF16) {
-        *w0 = (__m512bh)_mm512_loadu_si512((const void *)(tile + 128 * c));
-        *w1 = (__m512bh)_mm512_loadu_si512((const void *)(tile + 128 * c + 64));
-    } else if (mode == AMX_FP8) {
-        __m512i bytes = _mm512_loadu_si512((const void *)(tile + 64 * c));
-        *w0 = fp8_as_bf16(_mm512_unpacklo_epi8(_mm512_setzero_si512(), bytes));
-        *w1 = fp8_as_bf16(_mm512_unpackhi_epi8(_mm512_setzero_si512(), bytes));
-    } else {
-        __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(tile + 32 * c)));
-        *w0 = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(bytes, _mm512_set1_epi16(15)), table);
-        *w1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table);
-    }
+ * group's sum times its scale; x for fp8 shifted as gemm_fp8 shifts it; each row's 16 sums out as amx_gemm's
+ * leave its tiles (amx_out_f32). fp8 and int4 only: bf16 at one row measured no faster than amx_gemm (2026-11-28). */
+/* fp8 tile rows 2c and 2c + 1 as bf16 (times 2^-120). */
+INLINE void tile_rows_fp8(const uint8_t *tile, int c, __m512bh *w0, __m512bh *w1) {
+    const __m512i bytes = _mm512_loadu_si512((const void *)(tile + 64 * c));
+    *w0 = fp8_as_bf16(_mm512_unpacklo_epi8(_mm512_setzero_si512(), bytes));
+    *w1 = fp8_as_bf16(_mm512_unpackhi_epi8(_mm512_setzero_si512(), bytes));
 }
 
 /* The GEMV's int4 rows without a permute: a nibble n = q + 8 ORed into the mantissa of bf16 128.0 is exactly
@@ -2867,8 +2865,8 @@ INLINE void int4_rows_offset(const uint8_t *tile, int c, __m512bh *w0, __m512bh 
 INLINE __m512 chains_sum(const __m512 *c) { return _mm512_add_ps(_mm512_add_ps(c[0], c[1]), _mm512_add_ps(c[2], c[3])); }
 
 INLINE void tile_gemv_rows(const uint16_t *x, const int rows, int K, const uint8_t *stream, int64_t tile_bytes,
-                           int mode, const float *group_scales, int group_tiles, int64_t N, int n0, __m512i table,
-                           const float *x_group_sums, float *out) {
+                           int mode, const float *group_scales, int group_tiles, int64_t N, int n0,
+                           const float *x_group_sums, const amx_out_t *out) {
     const int kt = K / 32;
     __m512 total[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     __m512 part[2][4]; /* four chains per row: one would wait on each dot product's latency */
@@ -2879,7 +2877,7 @@ INLINE void tile_gemv_rows(const uint16_t *x, const int rows, int K, const uint8
         for (int c = 0; c < 8; c++) {
             __m512bh w0, w1;
             if (mode == AMX_INT4) int4_rows_offset(tile, c, &w0, &w1);
-            else tile_rows_bf16(tile, c, mode, table, &w0, &w1);
+            else tile_rows_fp8(tile, c, &w0, &w1);
             for (int m = 0; m < rows; m++) {
                 const uint16_t *xk = x + (int64_t)m * K + k * 32 + 4 * c;
                 const int chain = 2 * (c & 1);
@@ -2899,14 +2897,13 @@ INLINE void tile_gemv_rows(const uint16_t *x, const int rows, int K, const uint8
         }
     }
     for (int m = 0; m < rows; m++)
-        _mm512_storeu_ps(out + (int64_t)m * N + n0, mode == AMX_INT4 ? total[m] : chains_sum(part[m]));
+        amx_out_f32(out, mode, mode == AMX_INT4 ? total[m] : chains_sum(part[m]), (int64_t)m * N + n0, n0);
 }
 
 static void tile_gemv(const uint16_t *x, int64_t M, int K, const uint8_t *w, int N, int mode, const float *group_scales,
-                      int group_tiles, float *out) {
-    const int64_t tile_bytes = mode == AMX_FP8 ? 512 : mode == AMX_INT4 ? 256 : 1024;
+                      int group_tiles, const amx_out_t *out) {
+    const int64_t tile_bytes = mode == AMX_FP8 ? 512 : 256;  /* int4 */
     const int64_t stream = (int64_t)(K / 32) * tile_bytes;
-    const __m512i table = int4_table();
     float *x_group_sums = NULL; /* int4: each row's sum of x over each group */
     if (mode == AMX_INT4) x_group_sums = (float *)malloc(sizeof(float) * (size_t)(M * (K / (32 * group_tiles))));
     if (mode == AMX_INT4)
@@ -2920,16 +2917,14 @@ static void tile_gemv(const uint16_t *x, int64_t M, int K, const uint8_t *w, int
 #define TILE_GEMV(MODE)                                                                                              \
     _Pragma("omp parallel for schedule(static)") for (int j = 0; j < N / 16; j++) {                                 \
         if (M == 1) tile_gemv_rows(x, 1, K, w + j * stream, tile_bytes, MODE, group_scales, group_tiles, N, j * 16,  \
-                                   table, x_group_sums, out);                                                        \
-        else tile_gemv_rows(x, 2, K, w + j * stream, tile_bytes, MODE, group_scales, group_tiles, N, j * 16, table,  \
+                                   x_group_sums, out);                                                               \
+        else tile_gemv_rows(x, 2, K, w + j * stream, tile_bytes, MODE, group_scales, group_tiles, N, j * 16,         \
                             x_group_sums, out);                                                                      \
     }
     if (mode == AMX_INT4) {
         TILE_GEMV(AMX_INT4)
-    } else if (mode == AMX_FP8) {
-        TILE_GEMV(AMX_FP8)
     } else {
-        TILE_GEMV(AMX_BF16)
+        TILE_GEMV(AMX_FP8)
     }
 #undef TILE_GEMV
     free(x_group_sums);
@@ -2961,32 +2956,17 @@ void gemm_fp8_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const f
     uint16_t *xs = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(M * K));
     shifted_activations(x, M, K, act_quant, input_scale, FP8_ACT_SHIFT, xs);
     const amx_out_t out = {y, 0, 1.0f, scale, FP8_OUT_SHIFT};  /* sum * (scale[n] * 2^56) */
-    if (M > TILE_GEMV_ROWS) {
-        amx_gemm(xs, M, (int64_t)K * 2, K / 32, w, N, AMX_FP8, NULL, 0, &out);
-    } else {
-        float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
-        tile_gemv(xs, M, K, w, N, AMX_FP8, NULL, 0, acc);
-        for (int64_t m = 0; m < M; m++)
-            for (int n = 0; n < N; n += 16) amx_out_row(&out, AMX_FP8, (const int32_t *)(acc + m * N + n), m * N + n, n);
-        free(acc);
-    }
+    if (M > TILE_GEMV_ROWS) amx_gemm(xs, M, (int64_t)K * 2, K / 32, w, N, AMX_FP8, NULL, 0, &out);
+    else tile_gemv(xs, M, K, w, N, AMX_FP8, NULL, 0, &out);
     free(xs);
 }
 /* INT4-AWQ / W4A8: x bf16 [M, K] (already rounded, as gemm_int4 takes it) times int4 tiles (pack_amx_int4: 32 k per
  * tile, 256 bytes) with group_scales [K / group, N] fp32 → y bf16 [M, N]; group a multiple of 32. */
 void gemm_int4_amx(const uint16_t *x, int64_t M, int K, const uint8_t *w, const float *group_scales, int group, int N,
                    uint16_t *y) {
-    if (M > TILE_GEMV_ROWS) {
-        const amx_out_t out = {y, 0, 1.0f, NULL, 1.0f};
-        amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, AMX_INT4, group_scales, group / 32, &out);
-        return;
-    }
-    float *acc = (float *)aligned_alloc(64, (size_t)M * N * 4);
-    tile_gemv(x, M, K, w, N, AMX_INT4, group_scales, group / 32, acc);
-    for (int64_t m = 0; m < M; m++)
-        for (int n = 0; n < N; n += 16)
-            _mm256_storeu_si256((__m256i *)(y + m * N + n), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(acc + m * N + n)));
-    free(acc);
+    const amx_out_t out = {y, 0, 1.0f, NULL, 1.0f};
+    if (M > TILE_GEMV_ROWS) amx_gemm(x, M, (int64_t)K * 2, K / 32, w, N, AMX_INT4, group_scales, group / 32, &out);
+    else tile_gemv(x, M, K, w, N, AMX_INT4, group_scales, group / 32, &out);
 }
 
 /* gemm_int4_a8 on AMX tiles, for prompt chunks: the same weights (pack_int4_lanes), activations (a8_rows) and
