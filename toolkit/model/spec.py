@@ -28,14 +28,19 @@ class ModelSpec:
 
     # Parameter counts come from the architecture (Llama family: GQA attention, gated MLP, RMSNorm).
     @property
+    def layer_gemm_shapes(self) -> list[tuple[int, int]]:
+        """(out, in) features of one layer's matmuls as engines fuse them: q/k/v, o, gate/up, down."""
+        q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return [(q_out + 2 * kv_out, self.hidden_size), (self.hidden_size, q_out),
+                (2 * self.intermediate_size, self.hidden_size), (self.hidden_size, self.intermediate_size)]
+
+    @property
     def attention_params_per_layer(self) -> int:
-        q_out = self.num_heads * self.head_dim
-        kv_out = self.num_kv_heads * self.head_dim
-        return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
+        return sum(n * k for n, k in self.layer_gemm_shapes[:2])  # q/k/v, o
 
     @property
     def mlp_params_per_layer(self) -> int:
-        return 3 * self.hidden_size * self.intermediate_size  # gate, up, down
+        return sum(n * k for n, k in self.layer_gemm_shapes[2:])  # gate/up, down
 
     @property
     def norm_params_per_layer(self) -> int:
@@ -53,13 +58,6 @@ class ModelSpec:
     def linear_params(self) -> int:
         """Parameters in the matmuls that quantization touches (attention + MLP; not embeddings/lm_head)."""
         return self.num_layers * (self.attention_params_per_layer + self.mlp_params_per_layer)
-
-    @property
-    def layer_gemm_shapes(self) -> list[tuple[int, int]]:
-        """(out, in) features of one layer's matmuls as engines fuse them: q/k/v, o, gate/up, down."""
-        q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return [(q_out + 2 * kv_out, self.hidden_size), (self.hidden_size, q_out),
-                (2 * self.intermediate_size, self.hidden_size), (self.hidden_size, self.intermediate_size)]
 
     @property
     def total_params(self) -> int:

@@ -539,10 +539,10 @@ def layer_prefill_rates(spec, stream_mib: int, repeats: int = 5, rounds: int = 2
     where a K is not a multiple of its group) left out, the planner keeping its 2048 x 2048 rate."""
     import torch
 
-    shapes = spec.layer_gemm_shapes
-    layer_weights = sum(n * k for n, k in shapes)
     if not _layer_probed(spec):
         return None
+    shapes = spec.layer_gemm_shapes
+    layer_weights = sum(n * k for n, k in shapes)
     passes = {}
     for name in KERNELS:
         copies = max(1, int(stream_mib * 2**20 // 2 // (layer_weights * _WEIGHT_BYTES[name])))
@@ -575,26 +575,20 @@ def with_layer_prefill_rates(probe: dict, spec, binding=None, save: bool = True)
     which the planner's prefill floor takes over prefill_flops): as cached beside the probe, else measured now on
     `binding` (the engine's default where None) and, with `save`, written into the probe's cache. Unchanged where
     the layer is too large to probe (layer_prefill_rates)."""
-    from toolkit.engine.runtime.cpu_binding import bound, engine_binding
+    from toolkit.engine.runtime.cpu_binding import bound
 
     key = layer_key(spec)
     if key in (probe.get("prefill_flops_by_layer") or {}) or not _layer_probed(spec):
         return probe
     print(f"probing this CPU's prompt GEMMs on {spec.name}'s layer shapes ({key}) ...", file=sys.stderr, flush=True)
-    with bound(binding or engine_binding()):
+    binding, path = _probe_file(binding)
+    with bound(binding):
         rates = layer_prefill_rates(spec, probe.get("stream_mib", 128))
-    probe = {**probe, "prefill_flops_by_layer": {**(probe.get("prefill_flops_by_layer") or {}), key: rates}}
-    if save:
-        default = engine_binding()
-        path = cache_path(binding or default, default)
-        try:
-            cached = json.loads(path.read_text()) if path.is_file() else {}
-        except json.JSONDecodeError:
-            cached = {}
-        if cached.get("measured") == probe.get("measured"):  # the cached probe is this one: keep the rates with it
-            layers = {"prefill_flops_by_layer": probe["prefill_flops_by_layer"]}
-            path.write_text(json.dumps({**cached, **layers}, indent=2) + "\n")
-    return probe
+    layers = {"prefill_flops_by_layer": {**(probe.get("prefill_flops_by_layer") or {}), key: rates}}
+    cached = _read_cached(path) if save else {}
+    if cached and cached.get("measured") == probe.get("measured"):  # the cached probe is this one: keep them with it
+        _write_cached(path, {**cached, **layers})
+    return {**probe, **layers}
 
 
 def last_level_cache_bytes() -> int | None:
@@ -717,25 +711,38 @@ def cache_path(binding, default) -> Path:
 def cpu_probe(refresh: bool = False, binding=None) -> dict:
     """The cached probe on `binding` (cpu_binding.CpuBinding; None: the engine's default), measured now if absent,
     outdated, from another machine, or asked for (`refresh`)."""
-    from toolkit.engine.runtime.cpu_binding import engine_binding
-
-    default = engine_binding()
-    binding = binding or default
-    path = cache_path(binding, default)
-    if path.is_file() and not refresh:
-        try:
-            cached = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            cached = {}
+    binding, path = _probe_file(binding)
+    if not refresh:
+        cached = _read_cached(path)
         if _still_this_machine(cached, binding):
             return cached
     # The one line a user sees while waiting: measuring takes seconds, and only happens once.
     print(f"probing this CPU for the planner on {binding.describe()} (memory bandwidth, kernel rates; cached in "
           f"{path}) ...", file=sys.stderr, flush=True)
     result = measure_cpu(binding=binding)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    _write_cached(path, result)
     return result
+
+
+def _probe_file(binding) -> tuple:
+    """(binding, where its probe is cached): `binding`, or the engine's default where None (cache_path)."""
+    from toolkit.engine.runtime.cpu_binding import engine_binding
+
+    default = engine_binding()
+    return binding or default, cache_path(binding or default, default)
+
+
+def _read_cached(path: Path) -> dict:
+    """The probe cached at `path`; {} where there is none or it is not JSON."""
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def _write_cached(path: Path, probe: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(probe, indent=2) + "\n")
 
 
 def probe_at_read(probe: dict, sum_read_bytes_s: float) -> dict:
