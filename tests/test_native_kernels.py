@@ -128,6 +128,88 @@ def test_paged_decode_attention_equals_attention_over_the_gathered_context(kerne
         assert ((out[b].float() - expected).abs() <= tolerance * expected.abs().clamp(min=1.0)).all(), b
 
 
+def _stored(k, v, cache):
+    """k, v as a cache of `cache` dtype stores them, and the scale that gives them back."""
+    import torch
+
+    scale = 0.05
+    if cache == "fp8":
+        return (k / scale).to(torch.float8_e4m3fn), (v / scale).to(torch.float8_e4m3fn), scale
+    if cache == "int8":
+        return ((k / scale).round().clamp(-127, 127).to(torch.int8),
+                (v / scale).round().clamp(-127, 127).to(torch.int8), scale)
+    return k.to(torch.bfloat16), v.to(torch.bfloat16), 1.0
+
+
+def _causal_reference(q_rows, k_store, v_store, scale, table, ctx, heads, kv_heads, head_dim):
+    """fp32 attention of q_rows [n, heads, head_dim] at the context's last n positions, each over the tokens up to it."""
+    import torch
+
+    slots = (table[:, None] * BLOCK + torch.arange(BLOCK)).reshape(-1)[:ctx]
+    keys = (k_store[slots].float() * scale).repeat_interleave(heads // kv_heads, dim=1)
+    values = (v_store[slots].float() * scale).repeat_interleave(heads // kv_heads, dim=1)
+    out = []
+    for i, q in enumerate(q_rows):
+        seen = ctx - len(q_rows) + i + 1
+        scores = torch.einsum("hd,thd->ht", q.float(), keys[:seen]) / head_dim ** 0.5
+        out.append(torch.einsum("ht,thd->hd", scores.softmax(-1), values[:seen]))
+    return torch.stack(out)
+
+
+# A whole prompt (37 rows over 37 tokens: items of 16 rows, the last short), a later chunk (21 rows after 59 tokens),
+# one of 3 rows after 14 (fewer rows than a vector's lanes), over scattered blocks. Query heads per kv head 3, 1
+# (48 rows an item), 9 (5 rows, 45 lanes); head_dim 64 and 128.
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(HEADS, KV_HEADS, HEAD_DIM), (4, 4, 64), (18, 2, 128)])
+@pytest.mark.parametrize("cache", ["bf16", "fp8", "int8"])
+@pytest.mark.parametrize("amx", [False, True])
+def test_chunk_attention_equals_causal_attention_over_the_gathered_context(kernels, heads, kv_heads, head_dim,
+                                                                           cache, amx):
+    import torch
+
+    if not kernels.chunk_attention_rows(torch.bfloat16, torch.bfloat16, head_dim, heads // kv_heads):
+        pytest.skip("no AVX512-BF16 here: prompt chunks stay on the decode kernel row by row")
+    if amx and not kernels.has_amx:
+        pytest.skip("no AMX tiles here")
+    torch.manual_seed(heads + head_dim)
+    k, v, _, _ = _paged(cache, head_dim, kv_heads)
+    k_store, v_store, scale = _stored(k, v, cache)
+    tables = torch.tensor([[5, 9, 2, 30, 17, 0, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16, 18, 19, 20, 21],
+                           [39, 1, 0, 0, 0, 0, 0, 0, 0, 0]])
+    chunks = torch.tensor([[0, 37, 37], [37, 21, 80], [58, 3, 14]])
+    q = torch.randn(61, heads, head_dim).to(torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    kernels.chunk_attention(q, k_store, v_store, tables, chunks, BLOCK, scale, scale, out, amx=amx)
+    for s, (first, rows, ctx) in enumerate(chunks.tolist()):
+        expected = _causal_reference(q[first:first + rows], k_store, v_store, scale, tables[s], ctx, heads, kv_heads,
+                                     head_dim)
+        got = out[first:first + rows].float()
+        # bf16 q, K and numerators as the decode kernel's bf16 path, its output rounded to bf16
+        assert ((got - expected).abs() <= 1e-2 * expected.abs().clamp(min=1.0)).all(), s
+
+
+def test_decode_attention_skips_rows_of_context_zero_that_chunk_attention_fills(kernels):
+    """A step with a prompt chunk and decode rows: the decode kernel leaves the chunk's rows (context 0) as they were,
+    chunk_attention writes only them; together, every row equals the decode kernel's row by row."""
+    import torch
+
+    if not kernels.chunk_attention_rows(torch.bfloat16, torch.bfloat16, HEAD_DIM, HEADS // KV_HEADS):
+        pytest.skip("no AVX512-BF16 here: prompt chunks stay on the decode kernel row by row")
+    k, v, tables, lens = _paged("bf16")
+    k, v = k.to(torch.bfloat16), v.to(torch.bfloat16)
+    # row 0: a decode of sequence 0 (37 tokens); rows 1-20: sequence 2's chunk of 20 rows ending at 80; row 21: sequence 4
+    rows_table = torch.cat([tables[0:1], tables[2:3].repeat(20, 1), tables[4:5]])
+    row_lens = torch.tensor([37] + list(range(61, 81)) + [17])
+    q = torch.randn(22, HEADS, HEAD_DIM).to(torch.bfloat16)
+    row_by_row = kernels.decode_attention(q, k, v, rows_table, row_lens, BLOCK, 1.0, 1.0)
+    out = torch.full_like(q, float("nan"))
+    skipped = torch.tensor([37] + [0] * 20 + [17])
+    kernels.decode_attention(q, k, v, rows_table, skipped, BLOCK, 1.0, 1.0, out=out)
+    assert torch.isnan(out[1:21].float()).all() and torch.equal(out[0], row_by_row[0]) and torch.equal(out[21], row_by_row[21])
+    kernels.chunk_attention(q, k, v, tables[2:3], torch.tensor([[1, 20, 80]]), BLOCK, 1.0, 1.0, out)
+    assert torch.equal(out[0], row_by_row[0]) and torch.equal(out[21], row_by_row[21])
+    assert (out[1:21].float() - row_by_row[1:21].float()).abs().max().item() < 2e-2
+
+
 def test_runner_with_fused_kernels_equals_its_torch_path_in_fp32(tiny_model_dir):
     """Mixed prefill/decode steps over shuffled blocks: the fused path and the torch-op path agree."""
     import random
@@ -135,7 +217,6 @@ def test_runner_with_fused_kernels_equals_its_torch_path_in_fp32(tiny_model_dir)
     import torch
 
     from toolkit.engine.runtime.model_runner import ModelRunner
-    from toolkit.engine.runtime.step import StepInput
 
     runners = [ModelRunner(tiny_model_dir, num_blocks=32, block_size=BLOCK, dtype="fp32", native=native)
                for native in (True, False)]
@@ -145,22 +226,55 @@ def test_runner_with_fused_kernels_equals_its_torch_path_in_fp32(tiny_model_dir)
     tables = {0: blocks[:6], 1: blocks[6:12]}
     prompts = {0: list(range(5, 30)), 1: [7, 3, 9, 11, 200, 13]}
 
-    def step(chunks):  # {seq: (start position, tokens)}
-        ids, pos, slots, qlens, ctxs, tabs, rows = [], [], [], [], [], [], []
-        for seq, (start, toks) in chunks.items():
-            for i, t in enumerate(toks):
-                p = start + i
-                ids.append(t), pos.append(p), slots.append(tables[seq][p // BLOCK] * BLOCK + p % BLOCK)
-            qlens.append(len(toks)), ctxs.append(start + len(toks)), tabs.append(tables[seq])
-            rows.append(len(ids) - 1)
-        return StepInput(torch.tensor(ids), torch.tensor(pos), qlens, ctxs, tabs, torch.tensor(slots),
-                         torch.tensor(rows))
-
     schedule = [{0: (0, prompts[0])}, {0: (25, [40]), 1: (0, prompts[1])}, {0: (26, [41]), 1: (6, [42])},
                 {0: (27, [43]), 1: (7, [44])}]
     for chunks in schedule:
-        fused, reference = (r.forward(step(chunks)) for r in runners)
+        fused, reference = (r.forward(_step(tables, chunks)) for r in runners)
         assert (fused - reference).abs().max().item() < 1e-4
+
+
+def _step(tables, chunks):
+    """A runner step: chunks {seq: (start position, tokens)} over the sequences' block tables {seq: blocks}."""
+    import torch
+
+    from toolkit.engine.runtime.step import StepInput
+
+    ids, pos, slots, qlens, ctxs, tabs, rows = [], [], [], [], [], [], []
+    for seq, (start, toks) in chunks.items():
+        for i, t in enumerate(toks):
+            p = start + i
+            ids.append(t), pos.append(p), slots.append(tables[seq][p // BLOCK] * BLOCK + p % BLOCK)
+        qlens.append(len(toks)), ctxs.append(start + len(toks)), tabs.append(tables[seq])
+        rows.append(len(ids) - 1)
+    return StepInput(torch.tensor(ids), torch.tensor(pos), qlens, ctxs, tabs, torch.tensor(slots), torch.tensor(rows))
+
+
+def test_runner_prompt_chunks_on_chunk_attention_equal_the_row_kernel_in_bf16(tiny_model_dir):
+    """Steps mixing whole prompts, a later chunk and decodes in bf16: the runner's plan sends chunks of enough rows to
+    chunk_attention and the rest row by row; the logits stay within bf16 noise of every row on the row kernel."""
+    import random
+
+    import torch
+
+    from toolkit.engine.runtime.model_runner import ModelRunner
+
+    runners = [ModelRunner(tiny_model_dir, num_blocks=32, block_size=BLOCK, dtype="bf16") for _ in range(2)]
+    if runners[0]._chunk_rows == float("inf"):
+        pytest.skip("no AVX512-BF16 here: prompt chunks stay on the decode kernel row by row")
+    runners[1]._chunk_rows = float("inf")  # the reference: every row on the decode kernel
+    blocks = list(range(32))
+    random.Random(2).shuffle(blocks)
+    tables = {0: blocks[:10], 1: blocks[10:20], 2: blocks[20:30]}
+    prompts = {0: list(range(5, 45)), 1: [7, 3, 9, 11, 200, 13, 17, 19, 23, 29, 31, 37, 41, 43], 2: [8, 9, 10]}
+
+    # a whole prompt; a decode beside a prompt and a 3-row chunk (row by row); a decode beside a later chunk of 20
+    schedule = [{0: (0, prompts[0][:20])}, {0: (20, prompts[0][20:]), 1: (0, prompts[1]), 2: (0, prompts[2])},
+                {0: (40, [50]), 1: (14, list(range(60, 80))), 2: (3, [11])}]
+    plan = runners[0]._native_attention_plan(_step(tables, schedule[2]))
+    assert plan[3].tolist() == [[1, 20, 34]] and plan[1].tolist()[0] == 41 and plan[1].tolist()[1:21] == [0] * 20
+    for chunks in schedule:
+        chunked, row_by_row = (r.forward(_step(tables, chunks)) for r in runners)
+        assert (chunked - row_by_row).abs().max().item() < 0.05 * row_by_row.abs().max().item()
 
 
 def test_bf16_gemm_rows_do_not_depend_on_the_batch(kernels):

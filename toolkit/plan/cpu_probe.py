@@ -59,8 +59,8 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # GEMV rates as ratios to a sum read paired with each, times the best sum read; 27: the last-level cache's size;
 # 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state;
 # 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set;
-# 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens)
-VERSION = 32
+# 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens; 33: prompts' attention on chunk_attention)
+VERSION = 33
 PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
@@ -483,15 +483,20 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         figures["attention_head_tokens_s"] = len(caches) * seqs * ctx * heads / _attention_seconds(
             native, caches, q, tables, torch.full((seqs,), ctx), block, repeats)
         del caches
-        # ... and as a prompt calls it (model_runner's _native_attention_plan): one row per prompt token over the
-        # prefix up to it, every row reading the same cache, which stays in L2 / L3. The decode rate above, from
-        # memory, had put the planner's TTFT at 1024 tokens of `small` 24-29 % above the measured (2026-11-28).
+        # ... and as a prompt calls it (model_runner's _native_attention_plan): the whole prompt on chunk_attention
+        # where it runs here, else one row per prompt token over the prefix up to it; the cache stays in L2 / L3.
+        # The decode rate above, from memory, had put the planner's TTFT at 1024 tokens of `small` 24-29 % above the
+        # measured (2026-11-28).
+        chunked = native.chunk_attention_rows(torch.bfloat16, torch.bfloat16, head_dim, heads // kv_heads) > 0
         for tokens in PREFILL_ATTENTION_TOKENS:
             k, v = (torch.randn(tokens, kv_heads, head_dim, dtype=torch.bfloat16) for _ in range(2))
             rows = torch.randn(tokens, heads, head_dim, dtype=torch.bfloat16)
-            table = torch.arange(tokens // block).repeat(tokens, 1)
-            lens = torch.arange(1, tokens + 1)
-            call = functools.partial(native.decode_attention, rows, k, v, table, lens, block, 1.0, 1.0)
+            if chunked:
+                call = functools.partial(native.chunk_attention, rows, k, v, torch.arange(tokens // block)[None],
+                                         torch.tensor([[0, tokens, tokens]]), block, 1.0, 1.0, torch.empty_like(rows))
+            else:
+                call = functools.partial(native.decode_attention, rows, k, v, torch.arange(tokens // block).repeat(
+                    tokens, 1), torch.arange(1, tokens + 1), block, 1.0, 1.0)
             seconds = _best_seconds(call, repeats)
             figures[f"attention_prefill_head_tokens_s_{tokens}"] = tokens * (tokens + 1) / 2 * heads / seconds
     # Compute: a 2048 × 2048 weight stays in L2/L3; prefill-like batches (64, 256 rows).

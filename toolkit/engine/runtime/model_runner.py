@@ -11,6 +11,7 @@ compute dtype (ModelOpt leaves them unquantized too).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -299,21 +300,49 @@ class ModelRunner:
         return (torch.tensor(decode_rows, device=self.device), slots.to(self.device), mask.to(self.device)), prefill
 
     def _native_attention_plan(self, step: StepInput):
-        """(block tables, context lengths) of every query row of the step, for the fused paged-attention kernel
-        (it walks the tables itself). A prefill chunk's query i sits at position ctx - q_len + i and sees the
-        context up to it (causal), so it is a decode-style query over that prefix of its sequence's blocks. One
-        call for the whole step: torch's CPU flash attention took 10.5 ms of a 128-token prefill of `small`
-        (16 layers), this 3.4 ms."""
+        """The fused kernels' plan for every query row of the step: (row tables, row context lengths) for the rows
+        the decode-attention kernel takes one by one, and (chunk tables, chunks) for the prompt chunks
+        chunk_attention takes whole (`_chunk_rows`); either pair None where no row takes that kernel. A prefill
+        chunk's query i sits at position ctx - q_len + i and sees the context up to it (causal): on the row kernel
+        a decode-style query over that prefix of its sequence's blocks, its row's length 0 where chunk_attention
+        takes it. One call for the whole step: torch's CPU flash attention took 10.5 ms of a 128-token prefill of
+        `small` (16 layers), the row kernel 3.4 ms, chunk_attention on AMX tiles 1.4 ms (2026-11-29)."""
         import torch
 
         bs = self.block_size
         width = max(-(-ctx // bs) for ctx in step.context_lens)
-        tables, lens = [], []  # plain lists, one tensor each: torch ops per sequence cost ~20 us each
+        tables, lens, chunk_tables, chunks = [], [], [], []  # plain lists, one tensor each: torch ops per sequence cost ~20 us each
+        row = 0
         for q_len, ctx, table in zip(step.query_lens, step.context_lens, step.block_tables):
             used = -(-ctx // bs)
-            tables.extend([list(table[:used]) + [0] * (width - used)] * q_len)
-            lens.extend(range(ctx - q_len + 1, ctx + 1))
-        return torch.tensor(tables, dtype=torch.int64), torch.tensor(lens, dtype=torch.int64)
+            blocks = list(table[:used]) + [0] * (width - used)
+            if q_len >= self._chunk_rows:
+                chunk_tables.append(blocks)
+                chunks.append((row, q_len, ctx))
+                lens.extend([0] * q_len)
+            else:
+                lens.extend(range(ctx - q_len + 1, ctx + 1))
+            tables.extend([blocks] * q_len)
+            row += q_len
+        as_rows = (torch.tensor(tables, dtype=torch.int64), torch.tensor(lens, dtype=torch.int64)) \
+            if len(chunks) < len(step.query_lens) else (None, None)
+        as_chunks = (torch.tensor(chunk_tables, dtype=torch.int64), torch.tensor(chunks, dtype=torch.int64)) \
+            if chunks else (None, None)
+        return as_rows + as_chunks
+
+    @functools.cached_property
+    def _chunk_rows(self) -> float:
+        """From how many rows a prompt chunk takes chunk_attention (infinite where it cannot run here): where its
+        work items' lanes (rows x query heads per kv head) fill CHUNK_MIN_LANES. Below, the row kernel was as fast
+        or faster (8 rows of `small` over 512 tokens: 103 us row by row, 64 on AMX tiles, 116 on AVX512-BF16;
+        16 rows 200 / 85 / 157 us; 2026-11-29)."""
+        from toolkit.engine.runtime.native_kernels import CHUNK_MIN_LANES
+
+        spec = self.spec
+        group = spec.num_heads // spec.num_kv_heads
+        if not self.native.chunk_attention_rows(self.dtype, self.cache.k[0].dtype, spec.head_dim, group):
+            return float("inf")
+        return -(-CHUNK_MIN_LANES // group)
 
     def _slots(self, blocks: list[int], ctx: int):
         """The cache rows of a context of `ctx` tokens laid over `blocks`."""
@@ -340,9 +369,15 @@ class ModelRunner:
         import torch.nn.functional as F
 
         if self.native is not None:
-            tables, lens = plan
-            out = self.native.decode_attention(q, self.cache.k[layer_idx], self.cache.v[layer_idx], tables, lens,
-                                               self.block_size, self.cache.k_scale[layer_idx], self.cache.v_scale[layer_idx])
+            tables, lens, chunk_tables, chunks = plan
+            k, v, ks, vs = (self.cache.k[layer_idx], self.cache.v[layer_idx], self.cache.k_scale[layer_idx],
+                            self.cache.v_scale[layer_idx])
+            q = q.contiguous()
+            out = torch.empty_like(q)
+            if chunks is not None:
+                self.native.chunk_attention(q, k, v, chunk_tables, chunks, self.block_size, ks, vs, out)
+            if tables is not None:
+                self.native.decode_attention(q, k, v, tables, lens, self.block_size, ks, vs, out=out)
             return out.reshape(q.shape[0], -1)
         decode, prefill = plan
         out = torch.empty_like(q)

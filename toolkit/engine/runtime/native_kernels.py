@@ -1,6 +1,7 @@
 """The engine's fused CPU kernels (csrc/decode_kernels.c): RMSNorm, RoPE, paged decode attention and
-the few-row (decode) bf16, int8 and int4 GEMMs; and (csrc/decode_step.c) a decode step's decoder layers
-in one call, driven by a description of the model built once (`DecodeModel`).
+the few-row (decode) bf16, int8 and int4 GEMMs; (csrc/chunk_attention.c) prompt chunks' causal attention, rows
+together; and (csrc/decode_step.c) a decode step's decoder layers in one call, driven by a description of the
+model built once (`DecodeModel`).
 
 Compiled once per machine with the system C compiler (-O3 -march=native, OpenMP; cached by source,
 flags and CPU model) and called through ctypes on the tensors' memory. Why: see the C file's header.
@@ -42,7 +43,10 @@ def march() -> str:
 
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
-SOURCES = ("decode_kernels.c", "decode_step.c")
+# A prompt chunk takes chunk_attention from this many query heads per kv head (rows x the group) in a work item's
+# lanes; below, the row-by-row decode kernel was as fast (model_runner._chunk_rows).
+CHUNK_MIN_LANES = 24
+SOURCES = ("decode_kernels.c", "chunk_attention.c", "decode_step.c")
 (LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX,
  LIN_INT4_AMX, LIN_INT4_A8, LIN_INT8_A8) = range(11)
 # The parts of a decode step decode_step can time in place (csrc/decode_step.c's PART_*, in order)
@@ -229,6 +233,10 @@ class NativeKernels:
         library.decode_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                              c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float,
                                              c.c_float, c.c_int, c.c_int]
+        library.chunk_attention_rows.argtypes = [c.c_int, c.c_int, c.c_int, c.c_int]
+        library.chunk_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
+                                            c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float, c.c_float,
+                                            c.c_int, c.c_int, c.c_int]
         library.gemm_int8.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_void_p, c.c_int, c.c_void_p, c.c_int,
                                       c.c_int, c.c_float]
         library.gemm_bf16.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_void_p, c.c_int, c.c_void_p]
@@ -356,13 +364,14 @@ class NativeKernels:
                        heads, head_dim, ACTIVATION_KINDS[str(x.dtype)])
 
     def decode_attention(self, q, k_cache, v_cache, block_tables, context_lens, block_size: int,
-                         k_scale: float, v_scale: float):
+                         k_scale: float, v_scale: float, out=None):
         """q [batch, heads, head_dim]; caches [slots, kv_heads, head_dim]; block_tables int64 [batch, max_blocks];
-        context_lens int64 [batch] → [batch, heads, head_dim] in q's dtype."""
+        context_lens int64 [batch] → [batch, heads, head_dim] in q's dtype (into `out` where given). A row of context
+        length 0 is skipped, its output left as it was (a prompt chunk's row that chunk_attention writes)."""
         import torch
 
         q = q.contiguous()
-        out = torch.empty_like(q)
+        out = torch.empty_like(q) if out is None else out
         batch, heads, head_dim = q.shape
         self._lib.decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
                                    context_lens.data_ptr(), out.data_ptr(), batch, heads, k_cache.shape[1], head_dim,
@@ -370,6 +379,28 @@ class NativeKernels:
                                    ACTIVATION_KINDS[str(q.dtype)], CACHE_KINDS[str(k_cache.dtype)])
         return out
 
+    def chunk_attention_rows(self, act_dtype, cache_dtype, head_dim: int, group: int) -> int:
+        """Query rows one chunk_attention work item takes (for kv heads of `group` query heads), or 0 where these
+        dtypes and shapes, or this build, leave prompt chunks to decode_attention row by row."""
+        return self._lib.chunk_attention_rows(ACTIVATION_KINDS[str(act_dtype)], CACHE_KINDS[str(cache_dtype)],
+                                              head_dim, group)
+
+    def chunk_attention(self, q, k_cache, v_cache, tables, chunks, block_size: int, k_scale: float, v_scale: float,
+                        out, amx: bool | None = None) -> None:
+        """Causal attention of prompt chunks (csrc/chunk_attention.c) into out [rows, heads, head_dim]: tables int64
+        [seqs, max_blocks]; chunks int64 [seqs, 3]: the chunk's first row in q, its row count, and the sequence's
+        context length after it. Only where chunk_attention_rows is not 0. amx: on AMX tiles (default: where has_amx;
+        False for the AVX512-BF16 kernel, which tests hold to the same reference)."""
+        q = q.contiguous()
+        heads, head_dim = q.shape[1], q.shape[2]
+        done = self._lib.chunk_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(),
+                                         chunks.data_ptr(), out.data_ptr(), chunks.shape[0], heads, k_cache.shape[1],
+                                         head_dim, tables.shape[1], block_size, k_scale, v_scale,
+                                         ACTIVATION_KINDS[str(q.dtype)], CACHE_KINDS[str(k_cache.dtype)],
+                                         int(self.has_amx if amx is None else amx and self.has_amx))
+        if not done:
+            raise ValueError(f"chunk_attention cannot take q {q.dtype} over a {k_cache.dtype} cache here "
+                             "(chunk_attention_rows is 0): use decode_attention")
 
     def decode_in_one_region(self, model: DecodeModel) -> bool:
         """Whether decode_step runs this model's layers in one OpenMP region (csrc/decode_step.c's

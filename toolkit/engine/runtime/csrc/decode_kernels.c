@@ -951,6 +951,7 @@ static void attention_item(const attention_work_t *w, int item) {
     const float softmax_scale = 1.0f / sqrtf((float)head_dim);
     int b = item / parts, kv0 = item % parts * per_item;
     int64_t ctx = context_lens[b], padded = (ctx + 15) & ~(int64_t)15;
+    if (ctx == 0) return;  /* a prompt chunk's row, which chunk_attention takes */
     int64_t scratch = padded * (8 + 4 * (int64_t)group * per_item);
     int on_heap = scratch > ATTN_STACK_BYTES;
     int64_t rows_on_stack[on_heap ? 1 : padded];
@@ -1017,7 +1018,8 @@ static void attention_item(const attention_work_t *w, int item) {
 
 /* One query token per row, over its context, work split over rows (and kv heads, see kv_heads_per_item): q, out:
  * [batch, heads, head_dim] (activation dtype); k_cache, v_cache: [slots, kv_heads, head_dim] (cache dtype, times
- * k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks]; context_lens: [batch], each at least 1.
+ * k_scale / v_scale for 8-bit kinds); block_tables: [batch, max_blocks]; context_lens: [batch], 0 for a row to skip
+ * (its output untouched).
  * Query head h reads kv head h / (heads / kv_heads), as HF's repeat_kv. then_k, then_v: the caches of the layer the
  * caller attends next (same shapes and tables), or NULL: each thread fetches its first work item there into L2
  * during its last one here. */
