@@ -128,6 +128,30 @@ def test_paged_decode_attention_equals_attention_over_the_gathered_context(kerne
         assert ((out[b].float() - expected).abs() <= tolerance * expected.abs().clamp(min=1.0)).all(), b
 
 
+@pytest.mark.parametrize("act", ["fp32", "bf16"])
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8", "int8"])
+def test_kv_cache_write_stores_the_bytes_the_torch_write_stores(kernels, act, kv_cache_dtype):
+    """A prompt step's K and V from the fused qkv rows into the cache at scattered slots: the same bytes as
+    PagedKVCache.write (a copy, or value / scale rounded to fp8 or int8 after clamping), other slots untouched."""
+    import torch
+
+    from toolkit.engine.runtime.kv_cache import PagedKVCache
+
+    caches = [PagedKVCache(num_layers=1, num_blocks=8, block_size=BLOCK, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+                           compute_dtype=_dtype(act), kv_cache_dtype=kv_cache_dtype,
+                           scales=[{"k": 0.02, "v": 0.05}]) for _ in range(2)]
+    qkv = (torch.randn(21, (HEADS + 2 * KV_HEADS) * HEAD_DIM) * 8).to(_dtype(act))  # some past fp8's and int8's range
+    slots = torch.randperm(8 * BLOCK)[:21]
+    q_cols, kv_cols = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    caches[0].write(0, slots, qkv[:, q_cols:q_cols + kv_cols].reshape(21, KV_HEADS, HEAD_DIM),
+                    qkv[:, q_cols + kv_cols:].reshape(21, KV_HEADS, HEAD_DIM))
+    c = caches[1]
+    kernels.write_kv_cache(qkv, HEADS, KV_HEADS, HEAD_DIM, slots, c.k[0], c.v[0], c.k_scale[0], c.v_scale[0])
+    for torch_written, c_written in ((caches[0].k[0], c.k[0]), (caches[0].v[0], c.v[0])):
+        assert torch.equal(torch_written.view(torch.uint8), c_written.view(torch.uint8))
+    assert caches[0].k[0].view(torch.uint8)[slots].any()  # something was written
+
+
 def _stored(k, v, cache):
     """k, v as a cache of `cache` dtype stores them, and the scale that gives them back."""
     import torch

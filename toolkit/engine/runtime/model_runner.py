@@ -442,10 +442,11 @@ class ModelRunner:
 
     def _fused_layers(self, token_ids, positions, slots, attend):
         """`_layers` on the fused C kernels: each residual add folded into the RMSNorm after it, RoPE in
-        place on the qkv output, SwiGLU's middle in one call. Returns the final-normed hidden states."""
+        place on the qkv output, K and V from there into the cache, SwiGLU's middle in one call. Returns the
+        final-normed hidden states."""
         import torch
 
-        spec, native, eps = self.spec, self.native, self.eps
+        spec, native, eps, cache = self.spec, self.native, self.eps, self.cache
         positions = positions.to(torch.int64).contiguous()
         h = self.embed[token_ids].contiguous()
         x = native.rms_norm(h, self.layers[0].input_norm, eps)
@@ -453,10 +454,9 @@ class ModelRunner:
             qkv = _project(layer.qkv, x)
             native.rope_(qkv, spec.num_heads, spec.head_dim, positions, self.cos, self.sin)
             native.rope_(qkv[:, layer.splits[0]:], spec.num_kv_heads, spec.head_dim, positions, self.cos, self.sin)
-            q, k, v = qkv.split(layer.splits, dim=-1)
-            self.cache.write(i, slots, k.reshape(-1, spec.num_kv_heads, spec.head_dim),
-                             v.reshape(-1, spec.num_kv_heads, spec.head_dim))
-            attn = attend(i, q.reshape(-1, spec.num_heads, spec.head_dim))
+            native.write_kv_cache(qkv, spec.num_heads, spec.num_kv_heads, spec.head_dim, slots, cache.k[i], cache.v[i],
+                                  cache.k_scale[i], cache.v_scale[i])
+            attn = attend(i, qkv[:, :layer.splits[0]].reshape(-1, spec.num_heads, spec.head_dim))
             x = native.add_rms_norm_(h, layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth),
                                      layer.post_norm, eps)
             gu = _project(layer.gate_up, x)

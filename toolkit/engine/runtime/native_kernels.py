@@ -233,6 +233,8 @@ class NativeKernels:
         library.decode_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                              c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float,
                                              c.c_float, c.c_int, c.c_int]
+        library.write_kv_cache.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int, c.c_int, c.c_void_p,
+                                           c.c_void_p, c.c_void_p, c.c_float, c.c_float, c.c_int, c.c_int]
         library.chunk_attention_rows.argtypes = [c.c_int, c.c_int, c.c_int, c.c_int]
         library.chunk_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                             c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float, c.c_float,
@@ -344,6 +346,17 @@ class NativeKernels:
         self._lib.add_rms_norm(h.data_ptr(), delta.data_ptr(), weight.data_ptr(), out.data_ptr(), h.numel() // hidden,
                                hidden, eps, ACTIVATION_KINDS[str(h.dtype)])
         return out
+
+    def write_kv_cache(self, qkv, heads: int, kv_heads: int, head_dim: int, slots, k_cache, v_cache, k_scale: float,
+                       v_scale: float) -> None:
+        """The K and V columns of qkv [rows, (heads + 2 kv_heads) head_dim] (after RoPE) into the caches [slots,
+        kv_heads, head_dim] at slots (int64 [rows]), encoded as PagedKVCache.write encodes them."""
+        import torch
+
+        assert qkv.is_contiguous() and slots.dtype == torch.int64 and slots.is_contiguous()
+        self._lib.write_kv_cache(qkv.data_ptr(), qkv.shape[0], qkv.shape[1], heads, kv_heads, head_dim, slots.data_ptr(),
+                                 k_cache.data_ptr(), v_cache.data_ptr(), k_scale, v_scale,
+                                 ACTIVATION_KINDS[str(qkv.dtype)], CACHE_KINDS[str(k_cache.dtype)])
 
     def silu_mul(self, gate_up):
         """gate_up [..., 2 * inter] → silu(gate) * up [..., inter]."""
