@@ -465,6 +465,16 @@ class _NoGemm:
         return x.new_zeros(*x.shape[:-1], self.out_features)
 
 
+def _no_decode_attention(q, *args, out=None):
+    """NativeKernels.decode_attention, stubbed: zeros."""
+    return q.new_zeros(q.shape) if out is None else out.zero_()
+
+
+def _no_chunk_attention(q, k, v, tables, chunks, block_size, k_scale, v_scale, out, amx=None) -> None:
+    """NativeKernels.chunk_attention, stubbed: zeros."""
+    out.zero_()
+
+
 def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: list[int]) -> dict[int, float]:
     """The decode step at each of `batches` of this very model and format with every GEMM and the decode
     attention stubbed out: its dispatch, norms, RoPE, activation rounding, KV writes, i.e. what the roofline
@@ -478,9 +488,10 @@ def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: 
         layer.gate_up = [_NoGemm(out_features(m)) for m in layer.gate_up]
         layer.o, layer.down = _NoGemm(out_features(layer.o)), _NoGemm(out_features(layer.down))
     runner.lm_head = _NoGemm(runner.spec.vocab_size)
-    if runner.native is not None:  # attention too: the planner charges it at the probed attention rate
+    if runner.native is not None:  # attention too, both kernels: the planner charges it at the probed attention rate
         runner.native = copy.copy(runner.native)
-        runner.native.decode_attention = lambda q, *args: q.new_zeros(q.shape)
+        runner.native.decode_attention = _no_decode_attention
+        runner.native.chunk_attention = _no_chunk_attention
     if runner.decoder is not None:  # the one-call C decode step: its own switch, the same stubs
         runner.decoder.desc.stub_gemms = 1
     if runner.graphs is not None:  # CUDA graphs replay the kernels they captured: capture the stubbed step anew
