@@ -15,6 +15,7 @@ Shapes: 12 query heads over 4 kv heads of 64 (bf16 cache, blocks of 32 tokens in
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -65,16 +66,16 @@ def main() -> None:
         calls = max(2, 20000 // tokens)
         outputs, figures = [], []
         row_out = native.decode_attention(q, k, v, table.repeat(rows, 1), lens, block, 1.0, 1.0)
-        figures.append(_best(lambda: native.decode_attention(q, k, v, table.repeat(rows, 1), lens, block, 1.0, 1.0),
-                             calls, args.repeats))
+        figures.append(_best(functools.partial(native.decode_attention, q, k, v, table.repeat(rows, 1), lens, block,
+                                               1.0, 1.0), calls, args.repeats))
         for amx in (False, True):
             if not native.chunk_attention_rows(q.dtype, k.dtype, head_dim, heads // kv_heads) or (amx and not native.has_amx):
                 figures.append(None)
                 continue
             out = torch.empty_like(q)
             chunks = torch.tensor([[0, rows, tokens]])
-            call = lambda: native.chunk_attention(q, k, v, table, chunks, block, 1.0, 1.0, out, amx=amx)  # noqa: E731
-            figures.append(_best(call, calls, args.repeats))
+            figures.append(_best(functools.partial(native.chunk_attention, q, k, v, table, chunks, block, 1.0, 1.0, out,
+                                                   amx=amx), calls, args.repeats))
             outputs.append((out.float() - row_out.float()).abs().max().item())
         cells = " ".join(f"{f * 1e6:>{w}.0f}" if f else f"{'-':>{w}}" for f, w in zip(figures, (14, 15, 8)))
         print(f"{tokens:>6} {rows:>5} {cells}  {max(outputs, default=0):.3g}")
