@@ -630,7 +630,10 @@ def test_residual_add_into_rms_norm_and_swiglu_round_as_the_torch_ops(kernels, d
     assert (normed.float() - expected.float()).abs().max().item() < tolerance
     gate_up = torch.randn(4, 2 * 512, generator=gen).to(dt)
     gate, up = gate_up.chunk(2, dim=-1)
-    assert (kernels.silu_mul(gate_up).float() - (F.silu(gate) * up).float()).abs().max().item() < tolerance
+    plain = kernels.silu_mul(gate_up)
+    assert (plain.float() - (F.silu(gate) * up).float()).abs().max().item() < tolerance
+    smooth = (torch.rand(512, generator=gen) + 0.5).to(dt)  # a pre_quant_scale: its product rounded as torch's
+    assert torch.equal(kernels.silu_mul(gate_up, smooth), plain * smooth)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 13, 40])

@@ -460,10 +460,9 @@ class ModelRunner:
             x = native.add_rms_norm_(h, layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth),
                                      layer.post_norm, eps)
             gu = _project(layer.gate_up, x)
-            mlp_in = native.silu_mul(gu)
+            mlp_in = native.silu_mul(gu, layer.down_smooth)  # the down projection's smoothing folded in
             after = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.final_norm
-            x = native.add_rms_norm_(h, layer.down(mlp_in if layer.down_smooth is None else mlp_in * layer.down_smooth),
-                                     after, eps)
+            x = native.add_rms_norm_(h, layer.down(mlp_in), after, eps)
         return x
 
     def _layers(self, token_ids, positions, slots, attend):

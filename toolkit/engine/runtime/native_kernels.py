@@ -229,6 +229,7 @@ class NativeKernels:
         library.add_rms_norm.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_float,
                                          c.c_int]
         library.silu_mul.argtypes = [c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int]
+        library.silu_mul_smoothed.argtypes = [c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_void_p]
         library.rope.argtypes = [c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int]
         library.decode_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                              c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float,
@@ -358,15 +359,20 @@ class NativeKernels:
                                  k_cache.data_ptr(), v_cache.data_ptr(), k_scale, v_scale,
                                  ACTIVATION_KINDS[str(qkv.dtype)], CACHE_KINDS[str(k_cache.dtype)])
 
-    def silu_mul(self, gate_up):
-        """gate_up [..., 2 * inter] → silu(gate) * up [..., inter]."""
+    def silu_mul(self, gate_up, smooth=None):
+        """gate_up [..., 2 * inter] → silu(gate) * up [..., inter], times smooth [inter] where given (the down
+        projection's pre_quant_scale, rounded after the product as `silu(gate) * up * smooth` in two ops rounds)."""
         import torch
 
         gate_up = gate_up.contiguous()
         inter = gate_up.shape[-1] // 2
         out = torch.empty(*gate_up.shape[:-1], inter, dtype=gate_up.dtype)
-        self._lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * inter), inter,
-                           ACTIVATION_KINDS[str(gate_up.dtype)])
+        rows, kind = gate_up.numel() // (2 * inter), ACTIVATION_KINDS[str(gate_up.dtype)]
+        if smooth is None:
+            self._lib.silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, inter, kind)
+        else:
+            assert smooth.dtype == gate_up.dtype and smooth.is_contiguous() and smooth.numel() == inter
+            self._lib.silu_mul_smoothed(gate_up.data_ptr(), out.data_ptr(), rows, inter, kind, smooth.data_ptr())
         return out
 
     def rope_(self, x, heads: int, head_dim: int, positions, cos, sin) -> None:

@@ -1064,7 +1064,9 @@ static inline __m256 silu8(__m256 g) {
 }
 #endif
 
-static void silu_mul_row(const void *gate_up, void *out, int64_t t, int inter, int kind) {
+/* smooth: NULL, or the down projection's AWQ / SmoothQuant pre_quant_scale (fp32), multiplied in and rounded as
+ * `mlp_in * down_smooth` rounds after the product. */
+static void silu_mul_row(const void *gate_up, void *out, int64_t t, int inter, int kind, const float *smooth) {
     float g[inter], u[inter];
     load_row(g, gate_up, t * 2 * inter, inter, kind, 1.0f);
     load_row(u, gate_up, t * 2 * inter + inter, inter, kind, 1.0f);
@@ -1081,11 +1083,20 @@ static void silu_mul_row(const void *gate_up, void *out, int64_t t, int inter, i
     }
 #endif
     for (; i < inter; i++) g[i] = round_to(round_to(g[i] / (1.0f + expf(-g[i])), kind) * u[i], kind);
+    if (smooth != NULL) combine_rounded(g, g, smooth, inter, kind, 0);
     store_row(out, t * inter, g, inter, kind);
 }
 
 void silu_mul(const void *gate_up, void *out, int64_t tokens, int inter, int kind) {
-    FOR_ROWS(t, tokens, 5, silu_mul_row(gate_up, out, t, inter, kind));
+    FOR_ROWS(t, tokens, 5, silu_mul_row(gate_up, out, t, inter, kind, NULL));
+}
+
+/* silu_mul, then times smooth [inter] (activation dtype), rounded: a prompt's down-projection input in one pass (the
+ * separate torch multiply took ~36 us a layer at 128 rows of `small`) */
+void silu_mul_smoothed(const void *gate_up, void *out, int64_t tokens, int inter, int kind, const void *smooth) {
+    float s[inter];
+    load_row(s, smooth, 0, inter, kind, 1.0f);
+    FOR_ROWS(t, tokens, 5, silu_mul_row(gate_up, out, t, inter, kind, s));
 }
 
 /* ---- weight-only GEMMs for few rows (decode) ------------------------------------------------------

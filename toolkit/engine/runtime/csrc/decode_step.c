@@ -494,7 +494,7 @@ static int decode_layers_team(const model_t *m, void *h, void *x, int64_t batch,
             team_linear(&l->gate_up, xp, r0, r1, batch, gate_up, act, t, T, scratch, split, m->stub_gemms);
             #pragma omp barrier
             charge(my_parts, PART_GATE_UP, &mark);
-            for (int64_t b = r0; b < r1; b++) silu_mul_row(gate_up, mid, b, m->inter, act);
+            for (int64_t b = r0; b < r1; b++) silu_mul_row(gate_up, mid, b, m->inter, act, NULL);
             charge(my_parts, PART_REST, &mark);
             team_linear(&l->down, mid, r0, r1, batch, delta, act, t, T, scratch, split, m->stub_gemms);
             #pragma omp barrier
