@@ -2669,6 +2669,10 @@ static void amx_configure(int M, int *current) {
         c.rows[t] = (uint8_t)(t < 5 ? M : 16);
         c.colsb[t] = 64;
     }
+    /* the stores above must land before ldtilecfg reads them: GCC 12 kept only the memset's and the palette's where
+     * this was inlined into a restructured int4_a8_tile_blocks (every tile 0 columns wide: SIGILL at its first tile
+     * load, 2026-11-29) */
+    __asm__ volatile("" : : "r"(&c) : "memory");
     _tile_loadconfig(&c);
     *current = M;
 }
