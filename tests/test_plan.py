@@ -550,10 +550,10 @@ def test_prompt_gemms_probed_on_the_models_own_layer_measured_once_and_cached(tm
     monkeypatch.undo()
     # a layer whose K is no multiple of int4's group of 128 (hidden 192): int4's kernels left out, the others timed
     odd = replace(tiny, hidden_size=192)
-    odd_rates = cpu_probe.layer_prefill_rates(odd, 4, repeats=1, rounds=1)
+    odd_rates = cpu_probe.layer_prefill_rates(odd, repeats=1, rounds=1)
     assert set(odd_rates) == set(cpu_probe.KERNELS) - {"int4", "w4a8"} and min(odd_rates.values()) > 0
     monkeypatch.setattr(cpu_probe, "LAYER_PREFILL_MAX_MIB", 0)
-    assert cpu_probe.layer_prefill_rates(tiny, 4) is None
+    assert cpu_probe.layer_prefill_rates(tiny) is None
     assert cpu_probe.with_layer_prefill_rates(probe, tiny, save=False) == probe
 
 

@@ -59,8 +59,9 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # GEMV rates as ratios to a sum read paired with each, times the best sum read; 27: the last-level cache's size;
 # 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state;
 # 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set;
-# 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens; 33: prompts' attention on chunk_attention)
-VERSION = 33
+# 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens; 33: prompts' attention on chunk_attention;
+# 34: prompt GEMMs over as many copies of the layer as the model has layers)
+VERSION = 34
 PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
@@ -522,6 +523,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
 # least as fast as the 2048 x 2048 matrices of prefill_flops, smaller ones slower (`small`'s K = 768: INT8-SQ's
 # 128-token GEMMs at 2.0 TFLOP/s where 2048 x 2048 ran 2.7, its TTFT 1.45x the planner's floor; AMX Xeon, 2026-11-29)
 LAYER_PREFILL_MAX_MIB = 128
+LAYER_SET_MAX_MIB = 512  # the most of a kernel's copies of a layer the prompt GEMM probe streams over
 
 
 def layer_key(spec) -> str:
@@ -534,14 +536,17 @@ def _layer_probed(spec) -> bool:
     return 2 * sum(n * k for n, k in spec.layer_gemm_shapes) <= LAYER_PREFILL_MAX_MIB * 2**20
 
 
-def layer_prefill_rates(spec, stream_mib: int, repeats: int = 5, rounds: int = 2) -> dict[str, float] | None:
+def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2) -> dict[str, float] | None:
     """Each kernel's FLOP/s over `spec`'s layer GEMMs at PREFILL_ROWS rows, called from Python one after another as
-    a prompt runs its layers (q/k/v, o, gate/up, down), copies of the layer streamed over half the stream as
-    prefill_flops' matrices are: the best pass of `repeats` in each of `rounds` rounds over every kernel (this VM's
-    speed moves by a third within minutes: one pass set alone had INT8-SQ at 1.4 TFLOP/s where it ran 1.9-2.2 right
-    after). None where a layer is over LAYER_PREFILL_MAX_MIB in bf16 (its shapes run at least at prefill_flops'
-    rate, and a copy of it would cost the probe that much memory per kernel); a kernel that refuses the shapes (int4
-    where a K is not a multiple of its group) left out, the planner keeping its 2048 x 2048 rate."""
+    a prompt runs its layers (q/k/v, o, gate/up, down), over as many copies of the layer as the model has layers (its
+    weights in that kernel's format, up to LAYER_SET_MAX_MIB): the rate falls with the set a prompt streams (bf16 on
+    `small`'s layer 1.74 TFLOP/s over 64 MiB of copies, 1.41 over 200 MiB, its own 16 layers' size; INT8-SQ 2.75 and
+    2.27; the AMX Xeon, 2026-11-29), and half the probe's stream had put bf16's TTFT at 1.2-1.4x the floor. The best
+    pass of `repeats` in each of `rounds` rounds over every kernel (this VM's speed moves by a third within minutes:
+    one pass set alone had INT8-SQ at 1.4 TFLOP/s where it ran 1.9-2.2 right after). None where a layer is over
+    LAYER_PREFILL_MAX_MIB in bf16 (its shapes run at least at prefill_flops' rate, and copies of it would cost the probe
+    that much memory per kernel); a kernel that refuses the shapes (int4 where a K is not a multiple of its group)
+    left out, the planner keeping its 2048 x 2048 rate."""
     import torch
 
     if not _layer_probed(spec):
@@ -550,7 +555,7 @@ def layer_prefill_rates(spec, stream_mib: int, repeats: int = 5, rounds: int = 2
     layer_weights = sum(n * k for n, k in shapes)
     passes = {}
     for name in KERNELS:
-        copies = max(1, int(stream_mib * 2**20 // 2 // (layer_weights * _WEIGHT_BYTES[name])))
+        copies = max(1, min(spec.num_layers, int(LAYER_SET_MAX_MIB * 2**20 // (layer_weights * _WEIGHT_BYTES[name]))))
         try:
             linears = [_kernel(name, n, k) for _ in range(copies) for n, k in shapes]
         except (RuntimeError, ValueError):  # a kernel that cannot take these shapes: the 2048 x 2048 rate stands
@@ -588,7 +593,7 @@ def with_layer_prefill_rates(probe: dict, spec, binding=None, save: bool = True)
     print(f"probing this CPU's prompt GEMMs on {spec.name}'s layer shapes ({key}) ...", file=sys.stderr, flush=True)
     binding, path = _probe_file(binding)
     with bound(binding):
-        rates = layer_prefill_rates(spec, probe.get("stream_mib", 128))
+        rates = layer_prefill_rates(spec)
     layers = {"prefill_flops_by_layer": {**(probe.get("prefill_flops_by_layer") or {}), key: rates}}
     cached = _read_cached(path) if save else {}
     if cached and cached.get("measured") == probe.get("measured"):  # the cached probe is this one: keep them with it
