@@ -476,8 +476,8 @@ def _no_chunk_attention(q, k, v, tables, chunks, block_size, k_scale, v_scale, o
 
 
 def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: list[int]) -> dict[int, float]:
-    """The decode step at each of `batches` of this very model and format with every GEMM and the decode
-    attention stubbed out: its dispatch, norms, RoPE, activation rounding, KV writes, i.e. what the roofline
+    """The decode step at each of `batches` of this very model and format with every GEMM and attention (the decode
+    kernel and chunk_attention) stubbed out: its dispatch, norms, RoPE, activation rounding, KV writes, i.e. what the roofline
     adds to the GEMMs' and attention's own times as its per-step cost."""
     def out_features(linear) -> int:
         inner = getattr(linear, "linear", linear)

@@ -213,12 +213,23 @@ INLINE void chunk_weigh(const int NV, const uint32_t *probs, const uint32_t *vpa
     }
 }
 
+/* lanes 0 .. n - 1 of 16 (all for n >= 16) */
+static inline __mmask16 first_of_16(int64_t n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1u); }
+
+/* Element offset in q and out of lane l of a work item over rows r0 .. of sequence s's chunk (first row first_row),
+ * kv head kvh: row r0 + l / group, that kv head's query head l % group. */
+static inline int64_t lane_at(const chunk_work_t *w, int64_t first_row, int64_t r0, int kvh, int group, int l) {
+    return ((first_row + r0 + l / group) * w->heads + (int64_t)kvh * group + l % group) * w->head_dim;
+}
+
 #if defined(HAVE_AMX)
 /* chunk_item's work on AMX tiles, heads down the tiles' rows: scores [L][t16] = Q K^T (A: q rows, B: kt), each
- * row's softmax over its own visible tokens (softmax_numerators: bf16 numerators in place, zeros after them up to a
- * multiple of 32 tokens), out [L][head_dim] = P V (A: the numerators, B: vpairs). Tiles 0-3 sums, 4 A, 5 B. */
+ * row's softmax over its own visible tokens (softmax_numerators' work with the scale folded into its exponent: bf16
+ * numerators in place, zeros after them up to a multiple of 32 tokens), out [L][head_dim] = P V (A: the numerators,
+ * B: vpairs); inv [L]: 1 / each row's sum, times vs. Tiles 0-3 sums, 4 and 6 A, 5 B. */
 static void chunk_item_amx(const chunk_work_t *w, const chunk_context_t *c, int64_t pos0, int64_t tokens, int lanes,
-                           int group, const uint16_t *qc, float *scores, float *out_h, float *inv) {
+                           int group, __m512 scale, float vs, const uint16_t *qc, float *scores, float *out_h,
+                           float *inv) {
     const int head_dim = w->head_dim, NV = (lanes + 15) / 16;
     const int64_t t16 = (tokens + 15) & ~(int64_t)15, t32 = (tokens + 31) & ~(int64_t)31, kt_stride = c->kt_stride;
     int configured = -1;
@@ -243,18 +254,15 @@ static void chunk_item_amx(const chunk_work_t *w, const chunk_context_t *c, int6
     }
     /* each row's softmax over the tokens it sees: numerators e^(scale * (s - max)) rounded to bf16 in place (as
      * softmax_numerators stores them), zeros after them up to t32 (the P V pass's last tile of tokens) */
-    const float ks = w->cache_kind >= I8 ? w->k_scale : 1.0f, vs = w->cache_kind >= I8 ? w->v_scale : 1.0f;
-    const __m512 scale = _mm512_set1_ps(ks / sqrtf((float)head_dim));
     for (int l = 0; l < 16 * NV; l++) {
         float *row = scores + (int64_t)l * t16;
         const int64_t seen = l < lanes ? pos0 + l / group + 1 : 1;  /* a padding lane: its first token, ignored */
         __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
         for (int64_t t = 0; t < seen; t += 16)
-            mx = _mm512_mask_max_ps(mx, seen - t >= 16 ? 0xffff : (__mmask16)((1u << (seen - t)) - 1u), mx,
-                                    _mm512_loadu_ps(row + t));
+            mx = _mm512_mask_max_ps(mx, first_of_16(seen - t), mx, _mm512_loadu_ps(row + t));
         const __m512 top = _mm512_mul_ps(_mm512_set1_ps(_mm512_reduce_max_ps(mx)), scale);
         for (int64_t t = 0; t < seen; t += 16) {
-            const __mmask16 live = seen - t >= 16 ? 0xffff : (__mmask16)((1u << (seen - t)) - 1u);
+            const __mmask16 live = first_of_16(seen - t);
             const __m512 e = _mm512_maskz_mov_ps(live, exp512(_mm512_fmsub_ps(_mm512_loadu_ps(row + t), scale, top)));
             sum = _mm512_add_ps(sum, store_numerators(row, t, e, 1));
         }
@@ -303,21 +311,21 @@ static void chunk_item(const chunk_work_t *w, const chunk_context_t *c, int s, i
     char *heap = malloc(bytes), *at = heap;
 #define TAKE(type, n) (type *)(at += (size_t)(n) * sizeof(type), at - (size_t)(n) * sizeof(type))
     float o[head_dim];
+    const float ks = kind >= I8 ? w->k_scale : 1.0f, vs = kind >= I8 ? w->v_scale : 1.0f;
+    const __m512 scale = _mm512_set1_ps(ks / sqrtf((float)head_dim));
 #if defined(HAVE_AMX)
     if (w->amx) {
         uint16_t *qc = TAKE(uint16_t, L * head_dim);
         float *scores = TAKE(float, L * t16), *out_h = TAKE(float, L * head_dim), *inv = TAKE(float, L);
         for (int l = 0; l < L; l++) {
-            const uint16_t *src = w->q + ((first_row + r0 + l / group) * w->heads + (int64_t)kvh * group + l % group) * head_dim;
-            if (l < lanes) memcpy(qc + (int64_t)l * head_dim, src, (size_t)head_dim * 2);
+            if (l < lanes) memcpy(qc + (int64_t)l * head_dim, w->q + lane_at(w, first_row, r0, kvh, group, l), (size_t)head_dim * 2);
             else memset(qc + (int64_t)l * head_dim, 0, (size_t)head_dim * 2);
         }
-        chunk_item_amx(w, c, pos0, tokens, lanes, group, qc, scores, out_h, inv);
+        chunk_item_amx(w, c, pos0, tokens, lanes, group, scale, vs, qc, scores, out_h, inv);
         for (int l = 0; l < lanes; l++) {
             for (int d = 0; d < head_dim; d += 16)
                 _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(out_h + (int64_t)l * head_dim + d), _mm512_set1_ps(inv[l])));
-            const int64_t row = first_row + r0 + l / group;
-            store_row(w->out, (row * w->heads + (int64_t)kvh * group + l % group) * head_dim, o, head_dim, BF16);
+            store_row(w->out, lane_at(w, first_row, r0, kvh, group, l), o, head_dim, BF16);
         }
         free(heap);
         return;
@@ -329,16 +337,13 @@ static void chunk_item(const chunk_work_t *w, const chunk_context_t *c, int s, i
     /* q's dim pairs per lane, and each lane's last visible token */
     int32_t limits[CHUNK_LANES];
     for (int l = 0; l < L; l++) {
-        const int64_t row = first_row + r0 + l / group;
-        const uint32_t *src = (const uint32_t *)(w->q + (row * w->heads + (int64_t)kvh * group + l % group) * head_dim);
+        const uint32_t *src = (const uint32_t *)(w->q + lane_at(w, first_row, r0, kvh, group, l < lanes ? l : 0));
         for (int p = 0; p < head_dim / 2; p++) qt[p * L + l] = l < lanes ? src[p] : 0;
         limits[l] = (int32_t)(l < lanes ? pos0 + l / group : tokens - 1);
     }
     __m512i limit[3];
     __m512 mx[3], inv[3];
     for (int v = 0; v < NV; v++) limit[v] = _mm512_loadu_si512((const void *)(limits + 16 * v));
-    const float ks = kind >= I8 ? w->k_scale : 1.0f, vs = kind >= I8 ? w->v_scale : 1.0f;
-    const __m512 scale = _mm512_set1_ps(ks / sqrtf((float)head_dim));
 #define CHUNK(NV_)                                                                         \
     chunk_scores(NV_, qt, c->krow, tokens, head_dim, scale, limit, scores, mx);            \
     chunk_softmax(NV_, scores, tokens, mx, probs, inv);                                    \
@@ -350,8 +355,7 @@ static void chunk_item(const chunk_work_t *w, const chunk_context_t *c, int s, i
 #undef CHUNK
     for (int l = 0; l < lanes; l++) {
         for (int d = 0; d < head_dim; d++) o[d] = out_t[d * L + l];
-        const int64_t row = first_row + r0 + l / group;
-        store_row(w->out, (row * w->heads + (int64_t)kvh * group + l % group) * head_dim, o, head_dim, BF16);
+        store_row(w->out, lane_at(w, first_row, r0, kvh, group, l), o, head_dim, BF16);
     }
     free(heap);
 }
