@@ -411,10 +411,9 @@ def test_cpu_decode_rate_follows_the_probed_batches():
 
 def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
     """A step re-reads the same weights and KV. Its weights: at the kernel's own batch-1 re-read rate at the step's
-    bytes (the probe's re-read curve, a ratio to the sum's stream read, interpolated in log size), and its few-row
-    passes in the memory state that working set reads in. Its KV: by a sum's read rate at that working set over the
+    bytes (the probe's re-read curve, a ratio to the sum's stream read, interpolated in log size). Its KV: by a sum's read rate at that working set over the
     stream's, cut to the stream's past the last-level cache. GPUs keep 1."""
-    from toolkit.plan.cpu_probe import few_row_rates_at, spec_from_probe
+    from toolkit.plan.cpu_probe import spec_from_probe
     from toolkit.plan.gpus import gpu_spec
 
     curve = {"16": 60e9, "64": 60e9, "128": 48e9, "256": 30e9, "1024": 30e9}  # a 260 MiB L3, as read back
@@ -439,14 +438,12 @@ def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
     assert hw.weight_read_bytes("int4_awq", 32 * 2**20) == pytest.approx(30e9)  # the noisy point lifted to 64's
     assert hw.weight_read_bytes("int4_awq", 90.5 * 2**20) == pytest.approx(20e9 * 1.2, rel=1e-3)  # log midpoint
     assert hw.weight_read_bytes("int4_awq", 2**30) == hw.weight_read_bytes("int4_awq") == pytest.approx(18e9)
-    assert hw.reread_gain("int4_awq", 64 * 2**20) == pytest.approx(1.5 / 0.9)
     # Sets above the stream (a VM whose L3 keeps more than the stream): between them in log size, the largest's past
     # it; without a size, the stream's
     above = spec_from_probe({**probe, "reread_over_read": {"int4": {**reread["int4"], "256": 0.6}}})
     assert above.weight_read_bytes("int4_awq", 181 * 2**20) == pytest.approx(20e9 * 0.75, rel=1e-2)
     assert above.weight_read_bytes("int4_awq", 2**30) == pytest.approx(12e9)
     assert above.weight_read_bytes("int4_awq") == pytest.approx(18e9)
-    assert hw.reread_gain("int4_awq", None) == 1.0 and hw.reread_gain("int8_sq", 64 * 2**20) == 1.0  # no curve
     assert hw.weight_read_bytes("int8_sq", 64 * 2**20) == 30e9  # no curve, no GEMV rate: the bandwidth
     # int4 small at batch 1: 64,538,112 B of weights + 2,621,440 of KV (just over 64 MiB): 1.5 x 20 GB/s minus a
     # hair; the KV at the sum's rate there (60 / 48 of the roof's 30 GB/s)
@@ -455,25 +452,41 @@ def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
     assert step.memory_s == pytest.approx(64_538_112 / hw.weight_read_bytes("int4_awq", step_bytes)
                                           + 2_621_440 / (30e9 * hw.working_set_factor(step_bytes)))
     assert 29e9 < hw.weight_read_bytes("int4_awq", step_bytes) < 30e9
-    # Few-row passes in the state the step's bytes read in: a memory-bound 2-row pass (0.8 of its paired sum) moves
-    # with the gain, up to its rate in cache; the compute-bound 4-row one stays.
-    few = {"gemv_over_read": {"int4": 0.9},
-           "decode_flops_streamed": {"int4": {"2": 128e9, "4": 300e9}},
-           "decode_over_read": {"int4": {"2": 0.8, "4": 0.5}},
-           "decode_flops_in_cache": {"int4": {"2": 600e9, "4": 650e9}}}
-    mixed = spec_from_probe({**probe, **few, "decode_flops": few_row_rates_at(few, 20e9)})
-    assert mixed.decode_peak_flops("int4_awq", 2) == pytest.approx(128e9)  # no step size: the stream's state
-    assert mixed.decode_peak_flops("int4_awq", 2, 64 * 2**20) == pytest.approx(0.8 * 20e9 * 1.5 / 0.9 * 8)
-    assert mixed.decode_peak_flops("int4_awq", 4, 64 * 2**20) == pytest.approx(300e9)
-    assert mixed.decode_peak_flops("int4_awq", 2, 2**30) == pytest.approx(128e9)
-    # With its one-row pass timed as the few-row passes were (step_gemv_over_read: 1.2 of its sum, a faster read than
-    # the stream's re-read of 0.9), the gain is the step's re-read over that pass's read: 1.5 / 1.2; none past it
-    timed = spec_from_probe({**probe, **few, "step_gemv_over_read": {"int4": 1.2},
-                             "decode_flops": few_row_rates_at(few, 20e9)})
-    assert timed.reread_gain("int4_awq", 64 * 2**20) == pytest.approx(1.5 / 1.2)
-    assert timed.decode_peak_flops("int4_awq", 2, 64 * 2**20) == pytest.approx(0.8 * 20e9 * 1.5 / 1.2 * 8)
-    assert timed.reread_gain("int4_awq", 2**30) == 1.0
-    assert gpu_spec("h100-sxm").working_set_factor(1e6) == 1.0 and gpu_spec("h100-sxm").reread_gain("bf16", 1e6) == 1.0
+    assert gpu_spec("h100-sxm").working_set_factor(1e6) == 1.0
+
+
+def test_few_row_rates_between_the_working_sets_they_were_timed_re_reading():
+    """A step's few-row GEMMs run at the rate the probe's few-row passes kept re-reading working sets of about the
+    step's bytes: between the sets in log size, the smallest's below them and the largest's above; a set slower than
+    a larger one lifted to it (noise); each set's rates in the probe's memory state (kernel_few_row_rates). int4: 0.5
+    bytes a weight, 4 FLOP per byte per row; the sum reads 20 GB/s, so a pass at share s of it runs s x 80 GFLOP/s a
+    row."""
+    from toolkit.plan.cpu_probe import few_row_rates_at, spec_from_probe
+    from toolkit.plan.gpus import gpu_spec
+
+    timed = {"32": {"2": 300e9, "4": 500e9}, "64": {"2": 280e9, "4": 560e9}, "128": {"2": 150e9, "4": 300e9}}
+    shares = {"32": {"2": 1.875, "4": 1.5625}, "64": {"2": 1.75, "4": 1.75}, "128": {"2": 0.9375, "4": 0.6}}
+    probe = {**PROBE, "read_bytes_s_sum": 20e9, "stream_mib": 128,
+             "reread_over_read": {"int4": {"32": 2.0, "64": 1.8, "128": 1.0}},
+             "decode_flops_by_set": {"int4": timed}, "decode_over_read_by_set": {"int4": shares},
+             "decode_flops_in_cache": {"int4": {"2": 600e9, "4": 650e9}}}
+    probe["decode_flops"] = few_row_rates_at(probe, 20e9)
+    assert probe["decode_flops"] == {"int4": {"2": 150e9, "4": 300e9}}  # the stream's set, as timed
+    hw = spec_from_probe(probe)
+    assert hw.decode_peak_flops("int4_awq", 4) == 300e9  # no step size: the stream's
+    assert hw.decode_peak_flops("int4_awq", 2, 64 * 2**20) == pytest.approx(280e9)
+    assert hw.decode_peak_flops("int4_awq", 3, 64 * 2**20) == pytest.approx(420e9)  # between the rows
+    assert hw.decode_peak_flops("int4_awq", 4, 90.5 * 2**20) == pytest.approx(430e9, rel=1e-3)  # log midpoint
+    assert hw.decode_peak_flops("int4_awq", 4, 32 * 2**20) == pytest.approx(560e9)  # 500 lifted to 64 MiB's
+    assert hw.decode_peak_flops("int4_awq", 2, 8 * 2**20) == pytest.approx(300e9)  # below the smallest set
+    assert hw.decode_peak_flops("int4_awq", 4, 2**30) == pytest.approx(300e9)  # above the largest
+    # in a state whose sum reads 40 GB/s: the memory-bound passes move up to their rate in cache, the compute-bound
+    # 4-row one at the stream stays, and no row count passes a larger one
+    fast = spec_from_probe({**probe, "read_bytes_s_sum": 40e9})
+    assert fast.decode_peak_flops("int4_awq", 4, 64 * 2**20) == pytest.approx(650e9)
+    assert fast.decode_peak_flops("int4_awq", 2, 128 * 2**20) == pytest.approx(300e9)
+    h100 = gpu_spec("h100-sxm")
+    assert h100.decode_peak_flops("bf16", 4, 2**20) == h100.peak_flops("bf16")  # a GPU: its peak
 
 
 def test_probe_moved_to_another_memory_state_scales_its_reads_not_its_compute():
@@ -500,21 +513,25 @@ def test_probe_moved_to_another_memory_state_scales_its_reads_not_its_compute():
 
 def test_few_row_rates_move_with_the_memory_state_only_where_the_pass_was_memory_bound():
     """few_row_rates_at: a few-row pass whose weights read at 0.75 of its paired sum or more moves with the read, up to
-    its rate in cache; a compute-bound one gets no faster; in a slower state the weights read at the GEMV's share bind
-    both; no row count runs faster than a larger one. int4: 0.5 bytes a weight, so 4 FLOP per byte per row."""
+    its rate in cache; a compute-bound one gets no faster; in a slower state the weights read at the one-row pass's
+    share over the same set bind both; no row count runs faster than a larger one. int4: 0.5 bytes a weight, so 4 FLOP
+    per byte per row. The stream's set where no other is asked for."""
     from toolkit.plan.cpu_probe import few_row_rates_at, probe_at_read
 
-    probe = {"gemv_over_read": {"int4": 0.95},
-             "decode_flops_streamed": {"int4": {"2": 200e9, "4": 400e9, "8": 500e9}},
-             "decode_over_read": {"int4": {"2": 0.8, "4": 0.6, "8": 0.3}},
+    probe = {"stream_mib": 128, "gemv_over_read": {"int4": 0.9}, "reread_over_read": {"int4": {"128": 0.95, "256": 0.9}},
+             "decode_flops_by_set": {"int4": {"128": {"2": 200e9, "4": 400e9, "8": 500e9},
+                                              "256": {"2": 100e9, "4": 200e9, "8": 400e9}}},
+             "decode_over_read_by_set": {"int4": {"128": {"2": 0.8, "4": 0.6, "8": 0.3},
+                                                  "256": {"2": 0.5, "4": 0.5, "8": 0.5}}},
              "decode_flops_in_cache": {"int4": {"2": 600e9, "4": 650e9, "8": 700e9}}}
     gflops = lambda read: {rows: rate / 1e9 for rows, rate in few_row_rates_at(probe, read)["int4"].items()}
     # 2 rows memory-bound: 0.8 of the read x 8 FLOP/byte; 4 and 8 rows as streamed
     assert gflops(50e9) == pytest.approx({"2": 320, "4": 400, "8": 500})
     # twice the read: 2 rows would reach 640 (its cache allows 600), but not past the 4-row pass's 400
     assert gflops(100e9) == pytest.approx({"2": 400, "4": 400, "8": 500})
-    # slow memory: the weights at the GEMV's 0.95 of the read bind 2 rows (152) and 4 (304), not 8 (608)
+    # slow memory: the weights at the one-row pass's 0.95 of the read bind 2 rows (152) and 4 (304), not 8 (608)
     assert gflops(20e9) == pytest.approx({"2": 152, "4": 304, "8": 500})
+    assert few_row_rates_at(probe, 50e9, 256)["int4"] == {"2": 100e9, "4": 200e9, "8": 400e9}  # another set's: as timed
     moved = probe_at_read({**PROBE, **probe, "read_bytes_s_sum": 50e9, "read_curve_bytes_s": {"128": 50e9}}, 20e9)
     assert moved["decode_flops"] == few_row_rates_at(probe, 20e9)
 
@@ -579,15 +596,18 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     assert set(first["prefill_flops"]) == kernels and all(v > 0 for v in first["prefill_flops"].values())
     assert all(set(rates) == {str(rows) for rows in cpu_probe.DECODE_ROWS} and min(rates.values()) > 0
                for rates in first["decode_flops"].values())
-    # the few-row passes as measured (streamed, paired with a sum, in cache) and moved to the best read's state
-    for field in ("decode_flops_streamed", "decode_over_read", "decode_flops_in_cache"):
-        assert all(min(first[field][name].values()) > 0 for name in kernels), field
+    # the few-row passes as measured (re-reading sets of a quarter of the 4 MiB stream to twice it, paired with a sum;
+    # in cache) and moved to the best read's state
+    assert cpu_probe.decode_set_sizes(128) == [32, 64, 128, 256] and cpu_probe.decode_set_sizes(4) == [4, 8]
+    for field in ("decode_flops_by_set", "decode_over_read_by_set"):
+        assert all(set(first[field][name]) == {"4", "8"} and min(min(by_rows.values()) for by_rows in first[field][name].values()) > 0
+                   for name in kernels), field
+    assert all(min(first["decode_flops_in_cache"][name].values()) > 0 for name in kernels)
     assert first["decode_flops"] == cpu_probe.few_row_rates_at(first, first["read_bytes_s_sum"])
     assert first["bandwidth_bytes_s"] == max(*first["gemv_bytes_s"].values(), first["read_bytes_s_sum"])
     # each kernel's read rate: its ratio to a sum read paired with it, in the memory state of the best sum read
     for name in kernels:
         assert 0 < first["gemv_over_read"][name] < 10
-        assert 0 < first["step_gemv_over_read"][name] < 10  # one row timed as the few-row passes are
         assert first["gemv_bytes_s"][name] == pytest.approx(first["gemv_over_read"][name] * first["read_bytes_s_sum"])
         # re-reading each working set up to the stream (here the 4 MiB stream alone), as a ratio to the sum's read
         assert set(first["reread_over_read"][name]) == {str(m) for m in cpu_probe.reread_sizes(4)} == {"4", "6", "8"}
@@ -619,7 +639,7 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     before = json.loads(json.dumps(again))
     now = cpu_probe.reprobe_kernel(again, "int4")
     assert now["read_bytes_s_sum"] > 0 and again == before  # the probe itself unchanged
-    for field in ("gemv_over_read", "reread_over_read", "decode_flops_streamed", "decode_over_read"):
+    for field in ("gemv_over_read", "reread_over_read", "decode_flops_by_set", "decode_over_read_by_set"):
         assert {k: v for k, v in now[field].items() if k != "int4"} == {k: v for k, v in again[field].items() if k != "int4"}
         assert now[field]["int4"] != again[field]["int4"] and (field == "gemv_over_read" or set(now[field]["int4"]) == set(again[field]["int4"]))
     assert now["decode_flops"] == cpu_probe.few_row_rates_at(now, now["read_bytes_s_sum"])

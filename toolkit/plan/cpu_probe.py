@@ -13,9 +13,10 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
 - Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
   best of two batches is that kernel's roof. Prefill's: the kernel on 128 rows of matrices streamed from
   memory as a prefill step calls them (each format's own kernel, or its weights widened per call), which sets
-  the planner's prefill floor. Decode's: as many weights at 2, 4, 8 and 16 rows,
-  streamed in matrices of a few MB one call after another as a decode step calls them: the rate the
-  few-row kernels keep while they also stream the weights. Each such pass is paired with a sum read like the
+  the planner's prefill floor. Decode's: as many weights at 2, 4, 8 and 16 rows in matrices of a few MB one call
+  after another as a decode step calls them, re-reading working sets from a quarter of the stream to twice it (a
+  step re-reads its weights, and what a cache keeps of them moves a few-row pass more than its one-row pass): the
+  rate the few-row kernels keep while they also read the weights. Each such pass is paired with a sum read like the
   GEMVs, and the same kernels are timed again at those rows with their weights in cache (few_row_rates_at): a
   pass that read its weights about as fast as the sum was memory-bound, and in a faster memory state it runs
   faster, up to its in-cache rate; one that read them much slower was compute-bound, and runs no faster.
@@ -27,8 +28,8 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   what else shares it (a VM's neighbours) and on how the kernel walks its weights, none of which a sum's re-reads or
   the cache's size from sysfs told (probe version 27 charged the stream's rate past a 32 MiB L3 where INT4-AWQ's
   55 MB steps read their weights 1.2-1.5x faster in this VM's slow memory state, 2026-11-27). The planner reads a
-  step's weights at the curve's ratio at the step's bytes times the sum read, and moves its few-row rates to the
-  memory state that many bytes read in. A sum's read curve (16 MiB .. 1 GiB) and the cache's size still place the KV
+  step's weights at the curve's ratio at the step's bytes times the sum read, and its few-row rates between the
+  few-row passes' working sets (in log size). A sum's read curve (16 MiB .. 1 GiB) and the cache's size still place the KV
   cache's reads.
 - Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
   (max − min) / max is recorded beside it. Everything on the torch thread count in use.
@@ -60,8 +61,9 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # 28: the few-row passes paired with a sum read and timed in cache, their rates moved to the best read's state;
 # 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set;
 # 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens; 33: prompts' attention on chunk_attention;
-# 34: prompt GEMMs over as many copies of the layer as the model has layers)
-VERSION = 34
+# 34: prompt GEMMs over as many copies of the layer as the model has layers; 35: the few-row passes re-reading sets of
+# DECODE_SET_TIMES the stream, in place of one streamed pass)
+VERSION = 35
 PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
@@ -89,6 +91,10 @@ REREAD_CALLS = 2  # passes over the set in one timing, after as many untimed one
 # put fp8's batch-1 step at 3.47 ms where it ran 2.22 in the same run.
 GEMV_PAIRS = 7
 DECODE_ROWS = (2, 4, 8, 16)  # batches at which the few-row kernels' rate is probed (the planner interpolates)
+# Working sets, as multiples of the stream, the few-row passes are timed re-reading (a subset of reread_sizes): the
+# planner interpolates a step's rate between them in log size (the int4 4-row pass on the AMX Xeon, 2026-11-29: 690-715
+# GFLOP/s re-reading 48 MiB, 620-650 at 64, 440-460 at 96, 380-390 at 128 and 192).
+DECODE_SET_TIMES = (0.25, 0.5, 1, 2)
 # A few-row pass whose weights read at this share of a sum's rate (paired, as the GEMVs) or more was memory-bound:
 # in a faster memory state it runs faster. In a slow-state probe of the 2-core Zen 4 (2026-11-27) the weights read at
 # 1.07 / 0.99 / 1.01 / 0.66 of the sum at 2 / 4 / 8 / 16 rows in bf16, 0.81 / 0.73 / 0.61 / 0.31 in int4; the int4
@@ -172,29 +178,23 @@ def _kernel(name: str, out_features: int, in_features: int):
 
 
 def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, stream_bytes: float,
-                    repeats: int, as_in_step: bool = False, calls: int = 1,
-                    plain=None) -> tuple[dict[int, float], dict[int, float]]:
+                    repeats: int, as_in_step: bool = False, calls: int = 1) -> dict[int, float]:
     """FLOP/s of kernel `name` at each of `rows_list` rows, over [out_features, in_features] matrices of about
     `stream_bytes` in all, called one after another as a step calls its GEMMs (so they come from memory; `calls`
-    times over, where they stay in cache); and with `plain` (stream_reader("sum", ...) over as many bytes), each
-    pass's weight read over a sum's read right after it, the median of GEMV_PAIRS pairs ({} without).
-    as_in_step: as a decode step runs them (_pass_timer): in one OpenMP region where the step would be, else called
-    from Python with each call's own cost taken out."""
+    times over, where they stay in cache). as_in_step: as a decode step runs them (_pass_timer): in one OpenMP region
+    where the step would be, else called from Python with each call's own cost taken out."""
     import torch
 
     count = max(1, int(stream_bytes // (out_features * in_features * _WEIGHT_BYTES[name])))
     linears = [_kernel(name, out_features, in_features) for _ in range(count)]
     gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
-    weight_bytes = calls * sum(nbytes for nbytes, _, _ in linears)
-    rates, shares = {}, {}
+    rates = {}
     for rows in rows_list:
         x = torch.randn(rows, in_features, dtype=linears[0][1])
         one_pass = _pass_timer(name, linears, x, calls, repeats, as_in_step)
         one_pass()  # first call: page faults, kernel selection
         rates[rows] = 2 * rows * out_features * in_features * count * calls / min(one_pass() for _ in range(repeats))
-        if plain is not None:
-            shares[rows] = statistics.median(weight_bytes / one_pass() / plain() for _ in range(GEMV_PAIRS))
-    return rates, shares
+    return rates
 
 
 def _pass_timer(name: str, linears, x, calls: int, repeats: int, as_in_step: bool):
@@ -237,67 +237,81 @@ def reread_sizes(stream_mib: int) -> list[int]:
             + [round(stream_mib * times) for times in REREAD_ABOVE_STREAM])
 
 
-def _reread_ratios(name: str, stream_mib: int, plain, repeats: int) -> dict[int, float]:
-    """{MiB: kernel `name`'s batch-1 read rate re-reading a working set of that many MiB, over a sum's stream read right
-    after it}, for each of reread_sizes: [DECODE_MATRIX_ROWS, DECODE_IN_FEATURES] matrices run one after another as the
-    one-region step runs them (_pass_timer), REREAD_CALLS passes over the set timed after as many untimed ones; the
-    median of GEMV_PAIRS pairs (plain: stream_reader("sum", stream_mib))."""
+def decode_set_sizes(stream_mib: int) -> list[int]:
+    """The working sets (MiB) the few-row passes are timed re-reading: those of reread_sizes at DECODE_SET_TIMES the
+    stream."""
+    return [mib for mib in reread_sizes(stream_mib) if mib in {round(stream_mib * times) for times in DECODE_SET_TIMES}]
+
+
+def _reread_passes(name: str, stream_mib: int, plain, repeats: int) -> dict[int, dict[int, tuple[float, float]]]:
+    """{MiB: {rows: (FLOP/s, read over a sum's)}}: kernel `name` re-reading each working set of reread_sizes at one row,
+    and those of decode_set_sizes at DECODE_ROWS rows too, as the one-region step runs it (_pass_timer): [DECODE_MATRIX_ROWS,
+    DECODE_IN_FEATURES] matrices one after another, REREAD_CALLS passes over the set timed after as many untimed ones,
+    each timing paired with a sum's stream read right after it (plain: stream_reader("sum", stream_mib)); the best
+    pass's rate and the median pair's ratio of GEMV_PAIRS pairs (`repeats` is the probe's; the pairs set both here)."""
     import torch
 
     matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
     linears = [_kernel(name, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES)
                for _ in range(max(1, int(max(reread_sizes(stream_mib)) * 2**20 // matrix_bytes)))]
     gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
-    x = torch.randn(1, DECODE_IN_FEATURES, dtype=linears[0][1])
-    ratios = {}
+    figures = {}
     for mib in reread_sizes(stream_mib):
         chosen = linears[: max(1, min(len(linears), round(mib * 2**20 / matrix_bytes)))]
         nbytes = REREAD_CALLS * sum(nbytes for nbytes, _, _ in chosen)
-        one_pass = _pass_timer(name, chosen, x, REREAD_CALLS, repeats, as_in_step=True)
+        figures[mib] = {}
+        for rows in (1, *DECODE_ROWS) if mib in decode_set_sizes(stream_mib) else (1,):
+            x = torch.randn(rows, DECODE_IN_FEATURES, dtype=linears[0][1])
+            one_pass = _pass_timer(name, chosen, x, REREAD_CALLS, repeats, as_in_step=True)
 
-        def pair(one_pass=one_pass, nbytes=nbytes) -> float:
-            one_pass()  # the set into whatever cache keeps it
-            return nbytes / one_pass() / plain()
+            def pair(one_pass=one_pass) -> tuple[float, float]:
+                one_pass()  # the set into whatever cache keeps it
+                seconds = one_pass()
+                return seconds, plain()
 
-        ratios[mib] = statistics.median(pair() for _ in range(GEMV_PAIRS))
-    return ratios
+            pairs = [pair() for _ in range(GEMV_PAIRS)]
+            flop = 2 * rows * nbytes / _WEIGHT_BYTES[name]
+            figures[mib][rows] = (flop / min(seconds for seconds, _ in pairs),
+                                  statistics.median(nbytes / seconds / read for seconds, read in pairs))
+    return figures
 
 
-def few_row_rates_at(probe: dict, read_bytes_s: float) -> dict[str, dict[str, float]]:
-    """The few-row kernels' FLOP/s, {kernel: {rows: rate}}, in the memory state where a sum over the probe's stream
-    reads `read_bytes_s`. A pass whose weights read at MEMORY_BOUND_SHARE of its paired sum or more was memory-bound:
-    in a faster state its share of that read, up to its rate in cache. One that read them slower was compute-bound:
-    no faster than streamed. In a slower state either is bound by the weights read at the GEMV's share of that read
-    (or the pass's own, where higher). And no row count faster than a larger one
+def few_row_rates_at(probe: dict, read_bytes_s: float, mib: int | str | None = None) -> dict[str, dict[str, float]]:
+    """{kernel: {rows: FLOP/s}}: each kernel's few-row passes re-reading the working set of `mib` MiB (one of
+    decode_set_sizes; the stream's where None) in the memory state where a sum over the probe's stream reads
+    `read_bytes_s` (kernel_few_row_rates)."""
+    mib = str(mib or probe["stream_mib"])
+    return {name: kernel_few_row_rates(probe, name, read_bytes_s, mib) for name in probe["decode_flops_by_set"]}
+
+
+def kernel_few_row_rates(probe: dict, name: str, read_bytes_s: float, mib: str) -> dict[str, float]:
+    """Kernel `name`'s few-row FLOP/s re-reading `mib` MiB ({rows: rate}) in the memory state where a sum over the
+    probe's stream reads `read_bytes_s`. A pass whose weights read at MEMORY_BOUND_SHARE of its paired sum or more was
+    memory-bound: in a faster state its share of that read, up to its rate in cache. One that read them slower was
+    compute-bound: no faster than timed. In a slower state either is bound by the weights read at the one-row pass's
+    share of that read over the same set (or the pass's own, where higher). And no row count faster than a larger one
     (each weight read then serves more rows): a pass at the ridge moved to a faster state stops at the larger passes'
     rate, below its rate in cache (int4 at 4 rows: 725 GFLOP/s in cache, 595 streamed in either state, 2026-11-27).
     So one probe serves every state, where the raw rates mixed states (a pass minutes after the best read may have
     run at half its speed)."""
-    rates = {}
-    for name, streamed in probe["decode_flops_streamed"].items():
-        by_rows = {}
-        for rows, observed in streamed.items():
-            flop_per_byte = 2 * int(rows) / _WEIGHT_BYTES[name]
-            share = probe["decode_over_read"][name][rows]
-            # in a slower state the weights read at least at the GEMV's share of the read (a pass at the ridge read
-            # below it in the state it was probed in)
-            reads = max(share, one_row_share(probe, name)) * read_bytes_s * flop_per_byte
-            if share >= MEMORY_BOUND_SHARE:
-                cached = max(probe["decode_flops_in_cache"][name][rows], observed)
-                by_rows[rows] = min(cached, reads, max(observed, share * read_bytes_s * flop_per_byte))
-            else:
-                by_rows[rows] = min(observed, reads)
-        ceiling = float("inf")
-        for rows in sorted(by_rows, key=int, reverse=True):
-            by_rows[rows] = ceiling = min(by_rows[rows], ceiling)
-        rates[name] = {rows: by_rows[rows] for rows in streamed}
-    return rates
-
-
-def one_row_share(probe: dict, name: str) -> float:
-    """Kernel `name`'s one-row pass, timed as its few-row passes are (step_gemv_over_read), its read over a sum's; on
-    an older probe the GEMV's (one [out, 4096] weight called from Python)."""
-    return (probe.get("step_gemv_over_read") or {}).get(name) or probe["gemv_over_read"][name]
+    timed = probe["decode_flops_by_set"][name][mib]
+    one_row = probe["reread_over_read"][name][mib]
+    by_rows = {}
+    for rows, observed in timed.items():
+        flop_per_byte = 2 * int(rows) / _WEIGHT_BYTES[name]
+        share = probe["decode_over_read_by_set"][name][mib][rows]
+        # in a slower state the weights read at least at the one-row pass's share of the read (a pass at the ridge
+        # read below it in the state it was probed in)
+        reads = max(share, one_row) * read_bytes_s * flop_per_byte
+        if share >= MEMORY_BOUND_SHARE:
+            cached = max(probe["decode_flops_in_cache"][name][rows], observed)
+            by_rows[rows] = min(cached, reads, max(observed, share * read_bytes_s * flop_per_byte))
+        else:
+            by_rows[rows] = min(observed, reads)
+    ceiling = float("inf")
+    for rows in sorted(by_rows, key=int, reverse=True):
+        by_rows[rows] = ceiling = min(by_rows[rows], ceiling)
+    return {rows: by_rows[rows] for rows in timed}
 
 
 ATTENTION_GAP_MIB = 8  # read between two layers' attention calls: a layer of `small` streams 3-13 MB of weights
@@ -377,38 +391,36 @@ def paired_read_ratio(name: str, mib: int, plain, pairs: int = GEMV_PAIRS) -> fl
 def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> dict:
     """Kernel `name`'s figures that move with the memory's state, each paired with a sum's stream read (plain:
     stream_reader("sum", stream_mib)): its batch-1 read over [out, 4096] weights of ~stream_mib MiB (gemv_over_read_),
-    re-reading working sets of REREAD_MIB as a step re-reads its weights (reread_over_read_, _reread_ratios), and its
-    few-row passes (decode_flops_, decode_over_read_)."""
+    and re-reading working sets as a step re-reads its weights (_reread_passes): at one row over each of reread_sizes
+    (reread_over_read_), at DECODE_ROWS rows over each of decode_set_sizes (decode_flops_, decode_reread_over_read_)."""
     figures = {f"gemv_over_read_{name}": paired_read_ratio(name, stream_mib, plain)}
-    figures.update({f"reread_over_read_{name}_{mib}": ratio
-                    for mib, ratio in _reread_ratios(name, stream_mib, plain, repeats).items()})
-    # A decode step's batch: as much weight at DECODE_ROWS rows, where the engine's few-row kernels turn
-    # compute-bound (their rate in cache is higher, and not what a decode step gets), called as a step calls
-    # them: one matrix of DECODE_MATRIX_ROWS rows after another (a step of `small` makes 64 GEMM calls of
-    # 0.3-6 MB; one call streaming the whole 128 MiB ran 15-25 % more FLOP/s at 8 rows, 2026-11-24), on rows of
-    # DECODE_IN_FEATURES: each output costs a reduction beside its dot product, so shorter rows run slower
-    # (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small preset's 768, 2026-11-23).
-    # Each pass paired with a sum read (measure_cpu moves its rate to the best read's memory state: few_row_rates_at).
-    # And one row, timed alike: the share the few-row passes' shares are set against where a step's re-read moves them
-    # (HardwareSpec.reread_gain; the GEMV above is one [out, 4096] weight called from Python, another read).
-    rates, shares = _streamed_rates(name, (1, *DECODE_ROWS), DECODE_MATRIX_ROWS, DECODE_IN_FEATURES,
-                                    stream_mib * 2**20, repeats, as_in_step=True, plain=plain)
-    rates.pop(1)
-    figures[f"step_gemv_over_read_{name}"] = shares.pop(1)
-    figures.update({f"decode_flops_{name}_{rows}": rate for rows, rate in rates.items()})
-    figures.update({f"decode_over_read_{name}_{rows}": share for rows, share in shares.items()})
+    # A decode step's batch: at DECODE_ROWS rows the engine's few-row kernels turn compute-bound (their rate in cache
+    # is higher, and not what a decode step gets). Timed as a step calls them: one matrix of DECODE_MATRIX_ROWS rows
+    # after another (a step of `small` makes 64 GEMM calls of 0.3-6 MB; one call streaming the whole 128 MiB ran
+    # 15-25 % more FLOP/s at 8 rows, 2026-11-24), on rows of DECODE_IN_FEATURES: each output costs a reduction beside
+    # its dot product, so shorter rows run slower (bf16 at 8 rows: 216 GFLOP/s on rows of 4096, 136 on the small
+    # preset's 768, 2026-11-23). Over several working sets, as the one-row re-read: what a cache keeps of a set moves a
+    # few-row pass further than its one-row pass (int4 at 4 rows on the AMX Xeon, 2026-11-29: 750-805 GFLOP/s
+    # re-reading 56 MiB, 474-486 re-reading 128, where one row gained 1.15x; the planner had moved the 128 MiB pass by
+    # the one-row gain and put `small`'s INT4-AWQ step at 4 sequences +22..+35 % off).
+    for mib, by_rows in _reread_passes(name, stream_mib, plain, repeats).items():
+        figures[f"reread_over_read_{name}_{mib}"] = by_rows.pop(1)[1]
+        figures.update({f"decode_flops_{name}_{mib}_{rows}": rate for rows, (rate, _) in by_rows.items()})
+        figures.update({f"decode_reread_over_read_{name}_{mib}_{rows}": share for rows, (_, share) in by_rows.items()})
     return figures
 
 
 def _state_fields(figures: dict, name: str, stream_mib: int) -> dict:
     """Kernel `name`'s _memory_state_figures (flat keys, as a probe round names them) as the probe stores them, by
-    field: {"gemv_over_read": ratio, "step_gemv_over_read": ratio, "reread_over_read": {MiB: ratio},
-    "decode_flops_streamed": {rows: FLOP/s}, "decode_over_read": {rows: ratio}} (JSON keys)."""
+    field: {"gemv_over_read": ratio, "reread_over_read": {MiB: ratio}, "decode_flops_by_set": {MiB: {rows: FLOP/s}},
+    "decode_over_read_by_set": {MiB: {rows: ratio}}} (JSON keys)."""
+    sets = decode_set_sizes(stream_mib)
     return {"gemv_over_read": figures[f"gemv_over_read_{name}"],
-            "step_gemv_over_read": figures[f"step_gemv_over_read_{name}"],
             "reread_over_read": {str(mib): figures[f"reread_over_read_{name}_{mib}"] for mib in reread_sizes(stream_mib)},
-            "decode_flops_streamed": {str(rows): figures[f"decode_flops_{name}_{rows}"] for rows in DECODE_ROWS},
-            "decode_over_read": {str(rows): figures[f"decode_over_read_{name}_{rows}"] for rows in DECODE_ROWS}}
+            "decode_flops_by_set": {str(mib): {str(rows): figures[f"decode_flops_{name}_{mib}_{rows}"]
+                                               for rows in DECODE_ROWS} for mib in sets},
+            "decode_over_read_by_set": {str(mib): {str(rows): figures[f"decode_reread_over_read_{name}_{mib}_{rows}"]
+                                                   for rows in DECODE_ROWS} for mib in sets}}
 
 
 def reprobe_kernel(probe: dict, name: str, repeats: int = 3) -> dict:
@@ -418,8 +430,8 @@ def reprobe_kernel(probe: dict, name: str, repeats: int = 3) -> dict:
     little of another: on the 2-core Zen 4 VM the kernels' re-reads over a sum's stream differ between its states
     (INT8-SQ's stream 0.75 of the sum in the fast one, 1.11 in the slow one; int4 re-reading 53 MiB 1.04 and 1.48,
     2026-11-27). perf/engine_bench.py sets the planner against each column with the probe taken so right after it.
-    `repeats` timed passes at each row count, the best, as in the probe's rounds (with one, a compute-bound W4A8 pass
-    at 8 rows came out slow in two of three reprobes and put the planner +34..+39 % off those runs, run ff)."""
+    Each few-row rate the best of GEMV_PAIRS passes, as in the probe's rounds (with one, a compute-bound W4A8 pass at 8
+    rows came out slow in two of three reprobes and put the planner +34..+39 % off those runs, run ff)."""
     sums = []
 
     def plain() -> float:
@@ -446,7 +458,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         figures.update(_memory_state_figures(name, stream_mib, plain, repeats))
         # ... and the few-row passes with the weights in cache: what a memory-bound pass can reach in a faster state
         in_cache_rows = min(DECODE_MATRIX_ROWS, int(FEW_ROW_CACHED_MIB * 2**20 / DECODE_IN_FEATURES / _WEIGHT_BYTES[name]))
-        rates, _ = _streamed_rates(name, DECODE_ROWS, in_cache_rows, DECODE_IN_FEATURES, FEW_ROW_CACHED_MIB * 2**20,
+        rates = _streamed_rates(name, DECODE_ROWS, in_cache_rows, DECODE_IN_FEATURES, FEW_ROW_CACHED_MIB * 2**20,
                                    repeats, as_in_step=True, calls=FEW_ROW_CACHED_CALLS)
         figures.update({f"decode_flops_in_cache_{name}_{rows}": rate for rows, rate in rates.items()})
     del plain
@@ -514,7 +526,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     # decode stream: enough to leave the caches). Its rate sets the planner's prefill floor; the in-cache
     # figure above ran 20-30 % faster than the model's prefill GEMMs (bf16 ~440 vs ~330 GFLOP/s, 2026-11-24).
     for name in KERNELS:
-        rates, _ = _streamed_rates(name, (PREFILL_ROWS,), 2048, 2048, stream_mib * 2**20 // 2, repeats)
+        rates = _streamed_rates(name, (PREFILL_ROWS,), 2048, 2048, stream_mib * 2**20 // 2, repeats)
         figures[f"prefill_flops_{name}"] = rates[PREFILL_ROWS]
     return figures
 
@@ -637,9 +649,9 @@ def _measure_bound(rounds: int, stream_mib: int, repeats: int) -> dict:
 
     runs = [_probe_round(stream_mib, repeats) for _ in range(rounds)]
     # rates: the best round's; ratios (a kernel's read over a sum's in the same moment): the rounds' mean, but for the
-    # re-read curve's: how much of a working set a shared cache keeps moves with its neighbours' load, and the best
+    # re-read passes' (one row and few): how much of a working set a shared cache keeps moves with its neighbours' load, and the best
     # round's is what the best of a benchmark's runs meets
-    best = {k: statistics.fmean(r[k] for r in runs) if "_over_read_" in k and not k.startswith("reread_")
+    best = {k: statistics.fmean(r[k] for r in runs) if "_over_read_" in k and "reread_" not in k
             else max(r[k] for r in runs) for k in runs[0]}
 
     spread = {k: (max(r[k] for r in runs) - min(r[k] for r in runs)) / max(r[k] for r in runs) for k in runs[0]}
@@ -660,9 +672,10 @@ def _measure_bound(rounds: int, stream_mib: int, repeats: int) -> dict:
         "read_curve_bytes_s": {str(mib): best[f"read_bytes_s_at_{mib}"] for mib in READ_CURVE_MIB},  # JSON keys
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
         "prefill_flops": {name: best[f"prefill_flops_{name}"] for name in KERNELS},
-        # the few-row rates in the best sum read's memory state; the passes as measured beside them, and each kernel's
-        # batch-1 read re-reading a working set of MiB over the sum's stream read (reread_over_read: the step's weights)
-        "decode_flops": few_row_rates_at(paired, best["read_bytes_s_sum"]), **paired,
+        # the few-row rates re-reading the stream in the best sum read's memory state; the passes as measured beside
+        # them (decode_flops_by_set: re-reading each of decode_set_sizes), and each kernel's batch-1 read re-reading a
+        # working set of MiB over the sum's stream read (reread_over_read: the step's weights)
+        "decode_flops": few_row_rates_at(paired, best["read_bytes_s_sum"], stream_mib), **paired,
         "last_level_cache_bytes": last_level_cache_bytes(),
         "attention_head_tokens_s": best.get("attention_head_tokens_s"),
         "attention_prefill_head_tokens_s": {str(tokens): best[f"attention_prefill_head_tokens_s_{tokens}"]
@@ -767,7 +780,7 @@ def probe_at_read(probe: dict, sum_read_bytes_s: float) -> dict:
     curve = {mib: rate * scale for mib, rate in probe["read_curve_bytes_s"].items()}
     return {**probe, "read_bytes_s_sum": sum_read_bytes_s, "read_curve_bytes_s": curve, "gemv_bytes_s": gemv,
             "bandwidth_bytes_s": max(sum_read_bytes_s, *gemv.values()),
-            **({"decode_flops": few_row_rates_at(probe, sum_read_bytes_s)} if "decode_over_read" in probe else {})}
+            **({"decode_flops": few_row_rates_at(probe, sum_read_bytes_s)} if "decode_flops_by_set" in probe else {})}
 
 
 def spec_from_probe(probe: dict, step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> HardwareSpec:

@@ -73,18 +73,19 @@ class HardwareSpec:
         """The rate of a decode step's matmuls at `batch` rows: on the CPU the probed rate of the engine's
         few-row kernels at that many rows (linear between the probed batches, the nearest one outside them),
         below what its prefill kernels reach; elsewhere the device's peak. With `step_bytes` (what the step
-        re-reads), in the memory state that working set reads in: its re-read rate over the one-row pass's on the
-        probe's stream (reread_gain) as a faster memory, which moves a memory-bound pass up to its rate in cache
-        (few_row_rates_at)."""
+        re-reads), between the rates the few-row passes kept re-reading working sets of about that size (in log size;
+        cpu_probe.decode_set_sizes), each in the probe's memory state (kernel_few_row_rates); without, the stream's."""
         kernel = self.compute_type(weights)
         rates = (self.probe.get("decode_flops") or {}).get(kernel) if self.kind == "cpu" else None
         if not rates:
             return self.peak_flops(weights)
-        gain = self.reread_gain(weights, step_bytes)
-        if gain > 1 and "decode_flops_streamed" in self.probe:
-            from toolkit.plan.cpu_probe import few_row_rates_at  # imports this module
+        sets = (self.probe.get("decode_flops_by_set") or {}).get(kernel)
+        if sets and step_bytes:
+            from toolkit.plan.cpu_probe import kernel_few_row_rates  # imports this module
 
-            rates = few_row_rates_at(self.probe, self.probe["read_bytes_s_sum"] * gain)[kernel]
+            by_set = {mib: kernel_few_row_rates(self.probe, kernel, self.probe["read_bytes_s_sum"], mib) for mib in sets}
+            rates = {rows: _curve_at({mib: set_rates[rows] for mib, set_rates in by_set.items()}, step_bytes)
+                     for rows in rates}
         return _interpolate([(int(rows), rate) for rows, rate in rates.items()], batch)  # JSON keys are strings
 
     def weight_read_bytes(self, weights: str, step_bytes: float | None = None) -> float:
@@ -96,24 +97,8 @@ class HardwareSpec:
         kernel = self.compute_type(weights)
         curve = (self.probe.get("reread_over_read") or {}).get(kernel)
         if curve:
-            return _reread_ratio(curve, step_bytes or self._stream_bytes()) * self.probe["read_bytes_s_sum"]
+            return _curve_at(curve, step_bytes or self._stream_bytes()) * self.probe["read_bytes_s_sum"]
         return (self.probe.get("gemv_bytes_s") or {}).get(kernel) or self.bandwidth_bytes
-
-    def reread_gain(self, weights: str, step_bytes: float | None) -> float:
-        """How much faster this format's kernel reads `step_bytes` it re-reads every step than its one-row pass read
-        the probe's stream where the few-row passes were timed (cpu_probe.one_row_share; on an older probe its re-read
-        of the stream), at least 1; 1 on a GPU, on an older probe without a re-read curve, or without a size. Why
-        against that pass: the few-row passes' reads are set against it (a 2-row INT8-SQ pass at 1.1-1.3x a sum's
-        read where the one-row pass read 1.2-1.3x, in the step both read ~1.8x, this Xeon with AMX 2026-11-29)."""
-        kernel = self.compute_type(weights) if self.kind == "cpu" else None
-        curve = (self.probe.get("reread_over_read") or {}).get(kernel) if kernel else None
-        if not curve or not step_bytes:
-            return 1.0
-        if kernel in (self.probe.get("step_gemv_over_read") or {}):
-            from toolkit.plan.cpu_probe import one_row_share  # imports this module
-
-            return max(1.0, _reread_ratio(curve, step_bytes) / one_row_share(self.probe, kernel))
-        return max(1.0, _reread_ratio(curve, step_bytes) / _reread_ratio(curve, self._stream_bytes()))
 
     def _stream_bytes(self) -> float:
         return self.probe.get("stream_mib", 128) * 2**20
@@ -161,14 +146,14 @@ class HardwareSpec:
         return asdict(self)
 
 
-def _reread_ratio(curve: dict[str, float], nbytes: float) -> float:
-    """A re-read curve ({MiB: ratio to the sum's stream read}) at `nbytes`, interpolated in log size; the smallest
-    set's ratio below it, the largest's above it (what sets larger than the probe's re-read is not measured). Each set
+def _curve_at(curve: dict[str, float], nbytes: float) -> float:
+    """A curve over working sets ({MiB: a re-read ratio or rate}) at `nbytes`, interpolated in log size; the smallest
+    set's value below it, the largest's above it (what sets larger than the probe's re-read is not measured). Each set
     reads at least as fast as any larger one (a point below a larger set's is noise: nothing re-reads more bytes
     faster)."""
     points, floor = [], 0.0
-    for mib, ratio in sorted(((int(m), r) for m, r in curve.items()), reverse=True):
-        floor = max(floor, ratio)
+    for mib, value in sorted(((int(m), v) for m, v in curve.items()), reverse=True):
+        floor = max(floor, value)
         points.append((math.log2(mib * 2**20), floor))
     return _interpolate(points, math.log2(nbytes))
 
