@@ -60,12 +60,16 @@ def make_gemm(kernels, kind: str, n: int, k: int):
     if kind == "int4":
         packed, scales = kernels.pack_int4(torch.randint(-8, 8, (n, k))), torch.rand(n, k // 128) * 0.01
         return lambda x: kernels.gemm_int4(x, packed, scales, 128)
-    if kind == "int4_a8":  # INT4-AWQ's decode kernel where the CPU has VNNI: activations rounded to int8 per 128
-        if not getattr(kernels, "has_int4_a8", False):
+    if kind in ("int4_a8", "int4_a8_tiles"):  # INT4-AWQ's kernel where the CPU has VNNI: activations rounded to int8
+        # per 128; int4_a8_tiles: its prompt chunks' kernel on AMX tiles (where has_int4_a8_amx)
+        tiles = kind == "int4_a8_tiles"
+        if not getattr(kernels, "has_int4_a8", False) or (tiles and not getattr(kernels, "has_int4_a8_amx", False)):
             return None
         values, scales = torch.randint(-8, 8, (n, k)), torch.rand(n, k // 128) * 0.01
         if hasattr(kernels, "pack_int4_lanes"):  # output rows in the vector lanes (2026-11-27 on)
             packed, lanes = kernels.pack_int4_lanes(values), kernels.lane_scales(scales)
+            if tiles:
+                return lambda x: kernels.gemm_int4_a8(x, packed, lanes, 128, n, tiles=True)
             return lambda x: kernels.gemm_int4_a8(x, packed, lanes, 128, n)
         packed = kernels.pack_int4(values)
         return lambda x: kernels.gemm_int4(x, packed, scales, 128, int8_activations=True)
@@ -83,7 +87,7 @@ def make_gemm(kernels, kind: str, n: int, k: int):
             lanes = kernels.pack_int8_lanes(w, scales)
             return lambda x: kernels.gemm_int8_vnni(x, lanes, 0.02)
         return lambda x: kernels.gemm_int8_vnni(x, w, scales, sums, 0.02)
-    raise SystemExit(f"unknown kind {kind!r}: bf16, int4, int4_a8, fp8 or int8_sq")
+    raise SystemExit(f"unknown kind {kind!r}: bf16, int4, int4_a8, int4_a8_tiles, fp8 or int8_sq")
 
 
 def main() -> None:
@@ -91,7 +95,7 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="a checkout (worktree) of the build to compare against")
     parser.add_argument("--new", type=Path, default=ROOT, help="the build under test (default: this tree)")
     parser.add_argument("--model", type=Path, default=ROOT / "build" / "models" / "small")
-    parser.add_argument("--kinds", default="bf16,int4,int4_a8,fp8,int8_sq")
+    parser.add_argument("--kinds", default="bf16,int4,int4_a8,fp8,int8_sq", help="also int4_a8_tiles (prompt rows)")
     parser.add_argument("--rows", default="1,2,4,8,16", help="activation rows (the decode batch)")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()

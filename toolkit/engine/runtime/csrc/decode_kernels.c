@@ -3007,7 +3007,7 @@ static __thread size_t int4_split_bytes;
 static void int4_a8_tile_blocks(a8_rows_t r, int64_t M, int K, const uint8_t *w, const float *scales, int group,
                                 int N, uint16_t *y, int64_t b0, int64_t b1) {
     const int64_t chunks = K / 128, groups = K / group, per_group = group / 128;
-    int32_t c[16 * 16] __attribute__((aligned(64)));
+    int32_t c[4][16 * 16] __attribute__((aligned(64)));
     float f[4][16][16] __attribute__((aligned(64)));
     int configured = -1;
     /* the split nibbles of a group's 4 blocks, every 128 of K: made by the first 16 rows, read by the rest */
@@ -3018,7 +3018,7 @@ static void int4_a8_tile_blocks(a8_rows_t r, int64_t M, int K, const uint8_t *w,
         int4_split_bytes = need;
     }
     uint8_t *split = int4_split;
-    const __m512i low = _mm512_set1_epi8(15);
+    const __m512i low = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
     for (int64_t j0 = b0; j0 < b1; j0 += 4) {
         const int count = b1 - j0 < 4 ? (int)(b1 - j0) : 4;
         const int64_t next_count = b1 - j0 - 4 < 4 ? b1 - j0 - 4 : 4;
@@ -3043,9 +3043,10 @@ static void int4_a8_tile_blocks(a8_rows_t r, int64_t M, int K, const uint8_t *w,
                             for (int d = 0; d < 16; d++) {
                                 _mm_prefetch((const char *)src + AMX_PREFETCH + 64 * d, _MM_HINT_T0);
                                 const __m512i v = _mm512_loadu_si512((const void *)(src + 64 * d));
-                                _mm512_store_si512((void *)(tile + 64 * d), _mm512_and_si512(v, low));
+                                _mm512_store_si512((void *)(tile + 64 * d),
+                                                   _mm512_sub_epi8(_mm512_and_si512(v, low), eight));
                                 _mm512_store_si512((void *)(tile + 1024 + 64 * d),
-                                                   _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+                                                   _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), eight));
                             }
                         }
                         if (j == 0) { _tile_loadd(5, tile, 64); _tile_dpbssd(0, 4, 5); }
@@ -3054,16 +3055,16 @@ static void int4_a8_tile_blocks(a8_rows_t r, int64_t M, int K, const uint8_t *w,
                         else { _tile_loadd(6, tile, 64); _tile_dpbssd(3, 4, 6); }
                     }
                 }
+                __m512 sw[4];
                 for (int j = 0; j < count; j++) {
-                    AMX_STORE(j, c);
-                    const __m512 sw = _mm512_loadu_ps(scales + ((j0 + j) * groups + k / per_group) * 16);
-                    for (int m = 0; m < rows; m++) {
-                        const int64_t at = (m0 + m) * chunks + k;
-                        const __m512i sum = _mm512_add_epi32(_mm512_load_si512(c + 16 * m), _mm512_set1_epi32(r.x8[at]));
-                        _mm512_store_ps(f[j][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                                                                 _mm512_mul_ps(sw, _mm512_set1_ps(r.xs[at])),
-                                                                 _mm512_load_ps(f[j][m])));
-                    }
+                    AMX_STORE(j, c[j]);
+                    sw[j] = _mm512_loadu_ps(scales + ((j0 + j) * groups + k / per_group) * 16);
+                }
+                for (int m = 0; m < rows; m++) {
+                    const __m512 xs = _mm512_set1_ps(r.xs[(m0 + m) * chunks + k]);
+                    for (int j = 0; j < count; j++)
+                        _mm512_store_ps(f[j][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j] + 16 * m)),
+                                                                 _mm512_mul_ps(sw[j], xs), _mm512_load_ps(f[j][m])));
                 }
             }
             for (int j = 0; j < count; j++) {
