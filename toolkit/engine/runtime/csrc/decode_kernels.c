@@ -3026,8 +3026,6 @@ static void int4_a8_tile_blocks(a8_rows_t r, int64_t M, int K, const uint8_t *w,
         for (int64_t m0 = 0; m0 < M; m0 += 16) {
             const int rows = (int)(M - m0 < 16 ? M - m0 : 16);
             amx_configure(rows, &configured);
-            for (int j = 0; j < count; j++)
-                for (int m = 0; m < rows; m++) _mm512_store_ps(f[j][m], _mm512_setzero_ps());
             for (int64_t k = 0; k < chunks; k++) {
                 if (m0 > 0) fetch_group_ahead(&ahead);
                 _tile_zero(0);
@@ -3062,9 +3060,10 @@ static void int4_a8_tile_blocks(a8_rows_t r, int64_t M, int K, const uint8_t *w,
                 }
                 for (int m = 0; m < rows; m++) {
                     const __m512 xs = _mm512_set1_ps(r.xs[(m0 + m) * chunks + k]);
-                    for (int j = 0; j < count; j++)
+                    for (int j = 0; j < count; j++)  /* the first 128 onto zeros (not f zeroed first: a memset) */
                         _mm512_store_ps(f[j][m], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j] + 16 * m)),
-                                                                 _mm512_mul_ps(sw[j], xs), _mm512_load_ps(f[j][m])));
+                                                                 _mm512_mul_ps(sw[j], xs),
+                                                                 k ? _mm512_load_ps(f[j][m]) : _mm512_setzero_ps()));
                 }
             }
             for (int j = 0; j < count; j++) {
