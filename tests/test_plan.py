@@ -480,6 +480,13 @@ def test_few_row_rates_between_the_working_sets_they_were_timed_re_reading():
     assert hw.decode_peak_flops("int4_awq", 4, 32 * 2**20) == pytest.approx(560e9)  # 500 lifted to 64 MiB's
     assert hw.decode_peak_flops("int4_awq", 2, 8 * 2**20) == pytest.approx(300e9)  # below the smallest set
     assert hw.decode_peak_flops("int4_awq", 4, 2**30) == pytest.approx(300e9)  # above the largest
+    # ... where the one-row curve falls past the largest set (a model larger than the last-level cache): its passes
+    # where the memory reads that much slower, bound by the one-row pass's share of that read (1.0 x 10 GB/s at 1 GiB)
+    past = spec_from_probe({**probe, "reread_over_read": {"int4": {"32": 2.0, "64": 1.8, "128": 1.0, "1024": 0.5}}})
+    assert past.decode_peak_flops("int4_awq", 2, 2**30) == pytest.approx(80e9)
+    assert past.decode_peak_flops("int4_awq", 4, 2**30) == pytest.approx(160e9)
+    assert past.decode_peak_flops("int4_awq", 2, 512 * 2**20) == pytest.approx(20e9 * (1 - 0.5 * 2 / 3) * 8)
+    assert past.decode_peak_flops("int4_awq", 2, 128 * 2**20) == pytest.approx(150e9)  # at the largest set: as timed
     # in a state whose sum reads 40 GB/s: the memory-bound passes move up to their rate in cache, the compute-bound
     # 4-row one at the stream stays, and no row count passes a larger one
     fast = spec_from_probe({**probe, "read_bytes_s_sum": 40e9})

@@ -84,6 +84,7 @@ REREAD_MIB = (16, 24, 32, 48, 64, 96)
 # reports as 480 MiB, 2026-11-29) bf16 re-read 128 MiB at 1.85-1.89x a sum's read, 192 at 1.6, 256 at 1.4-1.5, and
 # `small`'s 194 MiB bf16 step 1.45x: the curve held at its 128 MiB point had put that step 17-38 % fast.
 REREAD_ABOVE_STREAM = (1.5, 2)
+REREAD_PAST_CACHE_TIMES = 8  # the most a set past the last-level cache may be, times the stream (past_cache_mib)
 REREAD_CALLS = 2  # passes over the set in one timing, after as many untimed ones (the sum read before evicted it)
 # GEMV reads each paired with a sum read of the same bytes (paired_read_ratio). Measured on the 2-core Zen 4 VM
 # (2026-11-27), whose memory flips between ~30 and ~55 GB/s within seconds and stays in either for seconds to half
@@ -177,6 +178,24 @@ def _kernel(name: str, out_features: int, in_features: int):
     raise ValueError(name)
 
 
+def _kernels(name: str, count: int, out_features: int, in_features: int) -> list:
+    """`count` of _kernel(name, out_features, in_features): one built, the others copies of it, each with tensors of
+    its own (building int4's packed weights anew for each matrix of a GiB's set took seconds a round)."""
+    import copy
+
+    import torch
+
+    first = _kernel(name, out_features, in_features)
+    made = [first]
+    for _ in range(count - 1):
+        twin = copy.copy(first[2])
+        for attr, value in vars(first[2]).items():
+            if isinstance(value, torch.Tensor):
+                setattr(twin, attr, value.clone())
+        made.append((first[0], first[1], twin))
+    return made
+
+
 def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, stream_bytes: float,
                     repeats: int, as_in_step: bool = False, calls: int = 1) -> dict[int, float]:
     """FLOP/s of kernel `name` at each of `rows_list` rows, over [out_features, in_features] matrices of about
@@ -186,7 +205,7 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
     import torch
 
     count = max(1, int(stream_bytes // (out_features * in_features * _WEIGHT_BYTES[name])))
-    linears = [_kernel(name, out_features, in_features) for _ in range(count)]
+    linears = _kernels(name, count, out_features, in_features)
     gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
     rates = {}
     for rows in rows_list:
@@ -231,10 +250,23 @@ def _pass_timer(name: str, linears, x, calls: int, repeats: int, as_in_step: boo
 
 
 def reread_sizes(stream_mib: int) -> list[int]:
-    """The working sets (MiB) each kernel's re-read is probed at: REREAD_MIB below the stream, the stream, and
-    REREAD_ABOVE_STREAM times it."""
-    return ([mib for mib in REREAD_MIB if mib < stream_mib] + [stream_mib]
-            + [round(stream_mib * times) for times in REREAD_ABOVE_STREAM])
+    """The working sets (MiB) each kernel's re-read is probed at: REREAD_MIB below the stream, the stream,
+    REREAD_ABOVE_STREAM times it, and past_cache_mib's set where there is one."""
+    above = [round(stream_mib * times) for times in REREAD_ABOVE_STREAM]
+    past = past_cache_mib(stream_mib)
+    return [mib for mib in REREAD_MIB if mib < stream_mib] + [stream_mib] + above + ([past] if past else [])
+
+
+def past_cache_mib(stream_mib: int) -> int | None:
+    """A working set twice the last-level cache, where that is past REREAD_ABOVE_STREAM's sets and within
+    REREAD_PAST_CACHE_TIMES the stream: what a model larger than the cache re-reads from memory. Without it the largest
+    set's ratio stood for every larger step, and on this Xeon (480 MiB of L3) int4 and bf16 re-read 256 MiB at 1.5-1.6x
+    a sum's stream read where a 1.45 GB bf16 step read 1.2x (2026-11-29)."""
+    cache = last_level_cache_bytes()
+    if not cache:
+        return None
+    mib = round(2 * cache / 2**20)
+    return mib if stream_mib * max(REREAD_ABOVE_STREAM) < mib <= stream_mib * REREAD_PAST_CACHE_TIMES else None
 
 
 def decode_set_sizes(stream_mib: int) -> list[int]:
@@ -252,8 +284,8 @@ def _reread_passes(name: str, stream_mib: int, plain, repeats: int) -> dict[int,
     import torch
 
     matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
-    linears = [_kernel(name, DECODE_MATRIX_ROWS, DECODE_IN_FEATURES)
-               for _ in range(max(1, int(max(reread_sizes(stream_mib)) * 2**20 // matrix_bytes)))]
+    linears = _kernels(name, max(1, int(max(reread_sizes(stream_mib)) * 2**20 // matrix_bytes)), DECODE_MATRIX_ROWS,
+                       DECODE_IN_FEATURES)
     gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
     figures = {}
     for mib in reread_sizes(stream_mib):
@@ -453,7 +485,13 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     import torch
 
     figures = {}
-    plain = stream_reader("sum", stream_mib)
+    paired_reads = []
+    read = stream_reader("sum", stream_mib)
+
+    def plain() -> float:  # a sum's stream read right after a kernel's pass, as every ratio here is taken against
+        paired_reads.append(read())
+        return paired_reads[-1]
+
     for name in KERNELS:
         figures.update(_memory_state_figures(name, stream_mib, plain, repeats))
         # ... and the few-row passes with the weights in cache: what a memory-bound pass can reach in a faster state
@@ -461,7 +499,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         rates = _streamed_rates(name, DECODE_ROWS, in_cache_rows, DECODE_IN_FEATURES, FEW_ROW_CACHED_MIB * 2**20,
                                    repeats, as_in_step=True, calls=FEW_ROW_CACHED_CALLS)
         figures.update({f"decode_flops_in_cache_{name}_{rows}": rate for rows, rate in rates.items()})
-    del plain
+    del plain, read
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
     # Summed again and again over working sets of READ_CURVE_MIB (as steps re-read their weights) and stream_mib.
@@ -470,7 +508,11 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
     for mib in sizes:
         part = buffer[: mib * 2**18]
         figures[f"read_bytes_s_at_{mib}"] = sum_bytes_s(part, repeats)
-    figures["read_bytes_s_sum"] = figures[f"read_bytes_s_at_{stream_mib}"]
+    # The sum's read of the stream the kernels' ratios are taken against (and scaled by): one read right after a
+    # kernel's pass, the median of this round's. Not the read curve's back-to-back reads of the stream: where the
+    # last-level cache holds much of the stream (this Xeon's 480 MiB), those read it warm (33-45 GB/s) where a read
+    # after other traffic took 25-31, and the planner put a 1.45 GB bf16 step at 28 ms where it ran 49 (2026-11-29).
+    figures["read_bytes_s_sum"] = statistics.median(paired_reads)
     del buffer, part
     # Decode attention (the engine's fused kernel): query heads × context tokens per second, 8 sequences of
     # 256 tokens, Llama-like heads (12 query over 4 kv heads of 64) in a paged bf16 cache, one layer's cache

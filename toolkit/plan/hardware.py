@@ -74,7 +74,9 @@ class HardwareSpec:
         few-row kernels at that many rows (linear between the probed batches, the nearest one outside them),
         below what its prefill kernels reach; elsewhere the device's peak. With `step_bytes` (what the step
         re-reads), between the rates the few-row passes kept re-reading working sets of about that size (in log size;
-        cpu_probe.decode_set_sizes), each in the probe's memory state (kernel_few_row_rates); without, the stream's."""
+        cpu_probe.decode_set_sizes), each in the probe's memory state (kernel_few_row_rates); past the largest, its
+        rates where the memory reads as much slower as the one-row re-read curve falls from there; without, the
+        stream's."""
         kernel = self.compute_type(weights)
         rates = (self.probe.get("decode_flops") or {}).get(kernel) if self.kind == "cpu" else None
         if not rates:
@@ -83,7 +85,14 @@ class HardwareSpec:
         if sets and step_bytes:
             from toolkit.plan.cpu_probe import kernel_few_row_rates  # imports this module
 
-            by_set = {mib: kernel_few_row_rates(self.probe, kernel, self.probe["read_bytes_s_sum"], mib) for mib in sets}
+            read = self.probe["read_bytes_s_sum"]
+            by_set = {mib: kernel_few_row_rates(self.probe, kernel, read, mib) for mib in sets}
+            largest = max(sets, key=int)
+            if step_bytes > int(largest) * 2**20:
+                # past the largest set: its passes in the memory state the one-row re-read curve puts that many bytes in
+                curve = self.probe["reread_over_read"][kernel]
+                slower = read * _curve_at(curve, step_bytes) / _curve_at(curve, int(largest) * 2**20)
+                by_set[largest] = kernel_few_row_rates(self.probe, kernel, slower, largest)
             rates = {rows: _curve_at({mib: set_rates[rows] for mib, set_rates in by_set.items()}, step_bytes)
                      for rows in rates}
         return _interpolate([(int(rows), rate) for rows, rate in rates.items()], batch)  # JSON keys are strings
