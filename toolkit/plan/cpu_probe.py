@@ -499,7 +499,8 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         rates = _streamed_rates(name, DECODE_ROWS, in_cache_rows, DECODE_IN_FEATURES, FEW_ROW_CACHED_MIB * 2**20,
                                    repeats, as_in_step=True, calls=FEW_ROW_CACHED_CALLS)
         figures.update({f"decode_flops_in_cache_{name}_{rows}": rate for rows, rate in rates.items()})
-    del plain, read
+    del plain
+    read = None  # the stream's buffer freed before the read curve's
     # The same stream read by a reduction: torch's stock GEMVs stop short of the memory roof here
     # (one reading 2026-11-23: fp32 GEMV 21 GB/s, a sum of 128 MiB 34 GB/s), and an engine's own kernels need not.
     # Summed again and again over working sets of READ_CURVE_MIB (as steps re-read their weights) and stream_mib.
