@@ -411,8 +411,8 @@ def test_cpu_decode_rate_follows_the_probed_batches():
 
 def test_cpu_step_reads_faster_where_its_bytes_fit_in_the_cache():
     """A step re-reads the same weights and KV. Its weights: at the kernel's own batch-1 re-read rate at the step's
-    bytes (the probe's re-read curve, a ratio to the sum's stream read, interpolated in log size). Its KV: by a sum's read rate at that working set over the
-    stream's, cut to the stream's past the last-level cache. GPUs keep 1."""
+    bytes (the probe's re-read curve, a ratio to the sum's stream read, interpolated in log size). Its KV: by a sum's
+    read rate at that working set over the stream's, cut to the stream's past the last-level cache. GPUs keep 1."""
     from toolkit.plan.cpu_probe import spec_from_probe
     from toolkit.plan.gpus import gpu_spec
 
@@ -525,7 +525,8 @@ def test_few_row_rates_move_with_the_memory_state_only_where_the_pass_was_memory
     per byte per row. The stream's set where no other is asked for."""
     from toolkit.plan.cpu_probe import few_row_rates_at, probe_at_read
 
-    probe = {"stream_mib": 128, "gemv_over_read": {"int4": 0.9}, "reread_over_read": {"int4": {"128": 0.95, "256": 0.9}},
+    probe = {"stream_mib": 128, "gemv_over_read": {"int4": 0.9},
+             "reread_over_read": {"int4": {"128": 0.95, "256": 0.9}},
              "decode_flops_by_set": {"int4": {"128": {"2": 200e9, "4": 400e9, "8": 500e9},
                                               "256": {"2": 100e9, "4": 200e9, "8": 400e9}}},
              "decode_over_read_by_set": {"int4": {"128": {"2": 0.8, "4": 0.6, "8": 0.3},
@@ -607,7 +608,8 @@ def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     # in cache) and moved to the best read's state
     assert cpu_probe.decode_set_sizes(128) == [32, 64, 128, 256] and cpu_probe.decode_set_sizes(4) == [4, 8]
     for field in ("decode_flops_by_set", "decode_over_read_by_set"):
-        assert all(set(first[field][name]) == {"4", "8"} and min(min(by_rows.values()) for by_rows in first[field][name].values()) > 0
+        assert all(set(first[field][name]) == {"4", "8"}
+                   and min(min(by_rows.values()) for by_rows in first[field][name].values()) > 0
                    for name in kernels), field
     assert all(min(first["decode_flops_in_cache"][name].values()) > 0 for name in kernels)
     assert first["decode_flops"] == cpu_probe.few_row_rates_at(first, first["read_bytes_s_sum"])

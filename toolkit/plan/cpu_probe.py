@@ -7,9 +7,9 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   and each kernel's own read rate is what the roofline charges that format's weights. Neither alone is safe: elsewhere a sum
   understated the roof (llama.cpp read faster), here torch's stock GEMVs stop at ~60 % of a sum.
   Each kernel's rate is measured as its ratio to a sum read of the same size right after it, pair by pair
-  (the median of GEMV_PAIRS pairs), times the probe's best sum read: on a machine whose memory speed moves
-  from second to second (a VM beside busy neighbours), rates taken minutes apart mixed memory states, and
-  the planner charged one format's weights at 32 GB/s and the next one's at 55 from the same memory.
+  (the median of GEMV_PAIRS pairs), times such a paired sum read (the best round's median): on a machine whose
+  memory speed moves from second to second (a VM beside busy neighbours), rates taken minutes apart mixed memory
+  states, and the planner charged one format's weights at 32 GB/s and the next one's at 55 from the same memory.
 - Compute: each kernel on a matrix that stays in cache, at a batch where it is compute-bound; the
   best of two batches is that kernel's roof. Prefill's: the kernel on 128 rows of matrices streamed from
   memory as a prefill step calls them (each format's own kernel, or its weights widened per call), which sets
@@ -29,8 +29,8 @@ each kernel the CPU engine runs, measured, cached with date and spread (`toolkit
   the cache's size from sysfs told (probe version 27 charged the stream's rate past a 32 MiB L3 where INT4-AWQ's
   55 MB steps read their weights 1.2-1.5x faster in this VM's slow memory state, 2026-11-27). The planner reads a
   step's weights at the curve's ratio at the step's bytes times the sum read, and its few-row rates between the
-  few-row passes' working sets (in log size). A sum's read curve (16 MiB .. 1 GiB) and the cache's size still place the KV
-  cache's reads.
+  few-row passes' working sets (in log size). A sum's read curve (16 MiB .. 1 GiB) and the cache's size still place
+  the KV cache's reads.
 - Stability: the whole probe runs `rounds` times; the best of each figure is kept and the spread
   (max − min) / max is recorded beside it. Everything on the torch thread count in use.
 
@@ -62,7 +62,8 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # 29: each kernel's batch-1 re-read curve in the one-region step's way, in place of its rates over one cache-sized set;
 # 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens; 33: prompts' attention on chunk_attention;
 # 34: prompt GEMMs over as many copies of the layer as the model has layers; 35: the few-row passes re-reading sets of
-# DECODE_SET_TIMES the stream, in place of one streamed pass)
+# DECODE_SET_TIMES the stream, in place of one streamed pass; the ratios scaled by the paired sum reads' median, and a
+# re-read set past the last-level cache)
 VERSION = 35
 PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
@@ -277,10 +278,11 @@ def decode_set_sizes(stream_mib: int) -> list[int]:
 
 def _reread_passes(name: str, stream_mib: int, plain, repeats: int) -> dict[int, dict[int, tuple[float, float]]]:
     """{MiB: {rows: (FLOP/s, read over a sum's)}}: kernel `name` re-reading each working set of reread_sizes at one row,
-    and those of decode_set_sizes at DECODE_ROWS rows too, as the one-region step runs it (_pass_timer): [DECODE_MATRIX_ROWS,
-    DECODE_IN_FEATURES] matrices one after another, REREAD_CALLS passes over the set timed after as many untimed ones,
-    each timing paired with a sum's stream read right after it (plain: stream_reader("sum", stream_mib)); the best
-    pass's rate and the median pair's ratio of GEMV_PAIRS pairs (`repeats` is the probe's; the pairs set both here)."""
+    and those of decode_set_sizes at DECODE_ROWS rows too, as the one-region step runs it (_pass_timer):
+    [DECODE_MATRIX_ROWS, DECODE_IN_FEATURES] matrices one after another, REREAD_CALLS passes over the set timed after
+    as many untimed ones, each timing paired with a sum's stream read right after it (plain: stream_reader("sum",
+    stream_mib)); the best pass's rate and the median pair's ratio of GEMV_PAIRS pairs (`repeats` is the probe's; the
+    pairs set both here)."""
     import torch
 
     matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
@@ -497,7 +499,7 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
         # ... and the few-row passes with the weights in cache: what a memory-bound pass can reach in a faster state
         in_cache_rows = min(DECODE_MATRIX_ROWS, int(FEW_ROW_CACHED_MIB * 2**20 / DECODE_IN_FEATURES / _WEIGHT_BYTES[name]))
         rates = _streamed_rates(name, DECODE_ROWS, in_cache_rows, DECODE_IN_FEATURES, FEW_ROW_CACHED_MIB * 2**20,
-                                   repeats, as_in_step=True, calls=FEW_ROW_CACHED_CALLS)
+                                repeats, as_in_step=True, calls=FEW_ROW_CACHED_CALLS)
         figures.update({f"decode_flops_in_cache_{name}_{rows}": rate for rows, rate in rates.items()})
     del plain
     read = None  # the stream's buffer freed before the read curve's
@@ -692,13 +694,13 @@ def _measure_bound(rounds: int, stream_mib: int, repeats: int) -> dict:
 
     runs = [_probe_round(stream_mib, repeats) for _ in range(rounds)]
     # rates: the best round's; ratios (a kernel's read over a sum's in the same moment): the rounds' mean, but for the
-    # re-read passes' (one row and few): how much of a working set a shared cache keeps moves with its neighbours' load, and the best
-    # round's is what the best of a benchmark's runs meets
+    # re-read passes' (one row and few): how much of a working set a shared cache keeps moves with its neighbours' load,
+    # and the best round's is what the best of a benchmark's runs meets
     best = {k: statistics.fmean(r[k] for r in runs) if "_over_read_" in k and "reread_" not in k
             else max(r[k] for r in runs) for k in runs[0]}
 
     spread = {k: (max(r[k] for r in runs) - min(r[k] for r in runs)) / max(r[k] for r in runs) for k in runs[0]}
-    for name in KERNELS:  # each kernel's read rate in the memory state of the best sum read
+    for name in KERNELS:  # each kernel's read rate in the memory state of the best round's paired sum reads
         best[f"gemv_bytes_s_{name}"] = best[f"gemv_over_read_{name}"] * best["read_bytes_s_sum"]
     reads = {k: v for k, v in best.items() if k.startswith(("gemv_bytes_s_", "read_bytes_s_sum"))}
     roof = max(reads, key=reads.get)
@@ -715,7 +717,7 @@ def _measure_bound(rounds: int, stream_mib: int, repeats: int) -> dict:
         "read_curve_bytes_s": {str(mib): best[f"read_bytes_s_at_{mib}"] for mib in READ_CURVE_MIB},  # JSON keys
         "flops": {name: best[f"flops_{name}"] for name in KERNELS},
         "prefill_flops": {name: best[f"prefill_flops_{name}"] for name in KERNELS},
-        # the few-row rates re-reading the stream in the best sum read's memory state; the passes as measured beside
+        # the few-row rates re-reading the stream in that memory state; the passes as measured beside
         # them (decode_flops_by_set: re-reading each of decode_set_sizes), and each kernel's batch-1 read re-reading a
         # working set of MiB over the sum's stream read (reread_over_read: the step's weights)
         "decode_flops": few_row_rates_at(paired, best["read_bytes_s_sum"], stream_mib), **paired,
