@@ -217,7 +217,13 @@ def test_decode_attention_skips_rows_of_context_zero_that_chunk_attention_fills(
     import torch
 
     if not kernels.chunk_attention_rows(torch.bfloat16, torch.bfloat16, HEAD_DIM, HEADS // KV_HEADS):
+        assert kernels.chunk_min_rows(torch.bfloat16, torch.bfloat16, HEAD_DIM, HEADS // KV_HEADS) == float("inf")
         pytest.skip("no AVX512-BF16 here: prompt chunks stay on the decode kernel row by row")
+    # the engine's and the planner's rule: chunks from CHUNK_MIN_LANES lanes of rows x query heads per kv head
+    from toolkit.engine.runtime.native_kernels import CHUNK_MIN_LANES
+
+    assert kernels.chunk_min_rows(torch.bfloat16, torch.bfloat16, 64, 3) == -(-CHUNK_MIN_LANES // 3) == 8
+    assert kernels.chunk_min_rows(torch.bfloat16, torch.bfloat16, 64, 5) == 5
     k, v, tables, lens = _paged("bf16")
     k, v = k.to(torch.bfloat16), v.to(torch.bfloat16)
     # row 0: a decode of sequence 0 (37 tokens); rows 1-20: sequence 2's chunk of 20 rows ending at 80; row 21: sequence 4

@@ -542,11 +542,13 @@ def _probe_round(stream_mib: int, repeats: int) -> dict:
             native, caches, q, tables, torch.full((seqs,), ctx), block, repeats)
         del caches
         # ... and as a prompt calls it (model_runner's _native_attention_plan): the whole prompt on chunk_attention
-        # where it runs here, else one row per prompt token over the prefix up to it; the cache stays in L2 / L3.
+        # where it takes that many rows here (chunk_min_rows), else one row per prompt token over the prefix up to it;
+        # the cache stays in L2 / L3.
         # The decode rate above, from memory, had put the planner's TTFT at 1024 tokens of `small` 24-29 % above the
         # measured (2026-11-28).
-        chunked = native.chunk_attention_rows(torch.bfloat16, torch.bfloat16, head_dim, heads // kv_heads) > 0
+        from_rows = native.chunk_min_rows(torch.bfloat16, torch.bfloat16, head_dim, heads // kv_heads)
         for tokens in PREFILL_ATTENTION_TOKENS:
+            chunked = tokens >= from_rows
             k, v = (torch.randn(tokens, kv_heads, head_dim, dtype=torch.bfloat16) for _ in range(2))
             rows = torch.randn(tokens, heads, head_dim, dtype=torch.bfloat16)
             if chunked:

@@ -332,17 +332,10 @@ class ModelRunner:
 
     @functools.cached_property
     def _chunk_rows(self) -> float:
-        """From how many rows a prompt chunk takes chunk_attention (infinite where it cannot run here): where its
-        work items' lanes (rows x query heads per kv head) fill CHUNK_MIN_LANES. Below, the row kernel was as fast
-        or faster (8 rows of `small` over 512 tokens: 103 us row by row, 64 on AMX tiles, 116 on AVX512-BF16;
-        16 rows 200 / 85 / 157 us; 2026-11-29)."""
-        from toolkit.engine.runtime.native_kernels import CHUNK_MIN_LANES
-
+        """From how many rows a prompt chunk takes chunk_attention here (NativeKernels.chunk_min_rows)."""
         spec = self.spec
-        group = spec.num_heads // spec.num_kv_heads
-        if not self.native.chunk_attention_rows(self.dtype, self.cache.k[0].dtype, spec.head_dim, group):
-            return float("inf")
-        return -(-CHUNK_MIN_LANES // group)
+        return self.native.chunk_min_rows(self.dtype, self.cache.k[0].dtype, spec.head_dim,
+                                          spec.num_heads // spec.num_kv_heads)
 
     def _slots(self, blocks: list[int], ctx: int):
         """The cache rows of a context of `ctx` tokens laid over `blocks`."""

@@ -44,7 +44,7 @@ def march() -> str:
 _loaded: dict[str, object] = {}
 # Compiled as one unit, in this order: decode_step.c drives decode_kernels.c's functions.
 # A prompt chunk takes chunk_attention from this many query heads per kv head (rows x the group) in a work item's
-# lanes; below, the row-by-row decode kernel was as fast (model_runner._chunk_rows).
+# lanes; below, the row-by-row decode kernel was as fast (NativeKernels.chunk_min_rows).
 CHUNK_MIN_LANES = 24
 SOURCES = ("decode_kernels.c", "chunk_attention.c", "decode_step.c")
 (LIN_BF16, LIN_INT8, LIN_INT4, LIN_INT8_VNNI, LIN_FP8, LIN_BF16_AMX, LIN_INT8_AMX, LIN_FP8_AMX,
@@ -403,6 +403,15 @@ class NativeKernels:
         dtypes and shapes, or this build, leave prompt chunks to decode_attention row by row."""
         return self._lib.chunk_attention_rows(ACTIVATION_KINDS[str(act_dtype)], CACHE_KINDS[str(cache_dtype)],
                                               head_dim, group)
+
+    def chunk_min_rows(self, act_dtype, cache_dtype, head_dim: int, group: int) -> float:
+        """From how many rows a prompt chunk takes chunk_attention (infinite where it cannot run here): where its work
+        items' lanes (rows x `group` query heads per kv head) fill CHUNK_MIN_LANES. Below, the row kernel was as fast
+        or faster (8 rows of `small` over 512 tokens: 103 us row by row, 64 on AMX tiles, 116 on AVX512-BF16;
+        16 rows 200 / 85 / 157 us; 2026-11-29). The engine's rule (model_runner) and the planner's probe's alike."""
+        if not self.chunk_attention_rows(act_dtype, cache_dtype, head_dim, group):
+            return float("inf")
+        return -(-CHUNK_MIN_LANES // group)
 
     def chunk_attention(self, q, k_cache, v_cache, tables, chunks, block_size: int, k_scale: float, v_scale: float,
                         out, amx: bool | None = None) -> None:
