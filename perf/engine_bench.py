@@ -10,7 +10,7 @@ configs/cpu-small.yaml --qformat Q` for Q in none fp8 int8_sq int4_awq w4a8_awq)
 batched benchmark; OpenVINO GenAI with optimum-intel, whose export of each format is cached).
 
 What is timed (the runner alone: no scheduler, no server, no sampling):
-- TTFT: one prefill step of ISL tokens, best of 3 back to back and one after each of the --repeats decode runs.
+- TTFT: one prefill step of ISL tokens, best of 3 back to back and one after each batch's decode run in each of --repeats.
 - ITL at batch B: B sequences prefilled with ISL tokens, then OSL decode steps; the median step,
   best of --repeats runs, the batches in turn within each (this VM's speed drifts between minutes).
   tok/s = B / that step. llama.cpp the same
@@ -364,9 +364,11 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
                 probes_after[batch].append((medians[batch][-1], reprobe()))
             if batch == 1 and read_rate is not None:
                 result["read_rates"].append(read_rate(result["step_bytes"]))
-        # TTFT too over the format's minutes, as ITL, not only its first second: three prefills back to back had
-        # caught a slow few seconds of one format in each of three runs (1.34-1.47x the planner, 2026-11-27)
-        time_prefill(ttft)
+            # TTFT too over the format's minutes, as ITL, not only its first second: three prefills back to back had
+            # caught a slow few seconds of one format in each of three runs (1.34-1.47x the planner, 2026-11-27), and
+            # one after each repeat, a slow stretch over all six of INT8-SQ's (21.9 ms where the same code ran 15.7-19.8
+            # in three processes right after, amx17 2026-11-29): one after each batch's run
+            time_prefill(ttft)
     result["ttft_ms"] = min(ttft) * 1e3
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
     if read_once is not None and plan_at is not None:
