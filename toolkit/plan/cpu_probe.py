@@ -616,7 +616,8 @@ def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2) -> dict[str, fl
     for name in KERNELS:
         copies = max(1, min(spec.num_layers, int(LAYER_SET_MAX_MIB * 2**20 // (layer_weights * _WEIGHT_BYTES[name]))))
         try:
-            linears = [_kernel(name, n, k) for _ in range(copies) for n, k in shapes]
+            by_shape = [_kernels(name, copies, n, k) for n, k in shapes]
+            linears = [made[copy] for copy in range(copies) for made in by_shape]  # layer after layer
         except (RuntimeError, ValueError):  # a kernel that cannot take these shapes: the 2048 x 2048 rate stands
             continue
         gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
