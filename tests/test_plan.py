@@ -518,6 +518,18 @@ def test_probe_moved_to_another_memory_state_scales_its_reads_not_its_compute():
     assert fast_step.memory_s == pytest.approx(slow_step.memory_s / 2)
 
 
+def test_reread_sets_reach_past_the_last_level_cache_where_it_is_larger_than_the_stream(monkeypatch):
+    """past_cache_mib: a set twice the last-level cache joins the re-read curve where that is past the sets above the
+    stream (2x) and within 8x the stream; the few-row sets stay at 1/4 .. 2x the stream."""
+    from toolkit.plan import cpu_probe
+
+    for cache_mib, past in ((480, 960), (32, None), (100, None), (2048, None), (None, None)):
+        monkeypatch.setattr(cpu_probe, "last_level_cache_bytes", lambda mib=cache_mib: mib and mib * 2**20)
+        assert cpu_probe.past_cache_mib(128) == past
+        assert cpu_probe.reread_sizes(128) == [16, 24, 32, 48, 64, 96, 128, 192, 256] + ([past] if past else [])
+        assert cpu_probe.decode_set_sizes(128) == [32, 64, 128, 256]
+
+
 def test_few_row_rates_move_with_the_memory_state_only_where_the_pass_was_memory_bound():
     """few_row_rates_at: a few-row pass whose weights read at 0.75 of its paired sum or more moves with the read, up to
     its rate in cache; a compute-bound one gets no faster; in a slower state the weights read at the one-row pass's
