@@ -640,6 +640,10 @@ def test_residual_add_into_rms_norm_and_swiglu_round_as_the_torch_ops(kernels, d
     assert (plain.float() - (F.silu(gate) * up).float()).abs().max().item() < tolerance
     smooth = (torch.rand(512, generator=gen) + 0.5).to(dt)  # a pre_quant_scale: its product rounded as torch's
     assert torch.equal(kernels.silu_mul(gate_up, smooth), plain * smooth)
+    # a prompt's o-projection input times its pre_quant_scale, in place, rounded as `x * smooth`
+    x = torch.randn(40, 512, generator=gen).to(dt)
+    expected_x = x * smooth
+    assert kernels.smooth_rows_(x, smooth) is x and torch.equal(x, expected_x)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 13, 40])

@@ -450,8 +450,9 @@ class ModelRunner:
             native.write_kv_cache(qkv, spec.num_heads, spec.num_kv_heads, spec.head_dim, slots, cache.k[i], cache.v[i],
                                   cache.k_scale[i], cache.v_scale[i])
             attn = attend(i, qkv[:, :layer.splits[0]].reshape(-1, spec.num_heads, spec.head_dim))
-            x = native.add_rms_norm_(h, layer.o(attn if layer.o_smooth is None else attn * layer.o_smooth),
-                                     layer.post_norm, eps)
+            if layer.o_smooth is not None:  # the o projection's AWQ / SmoothQuant scale, in place
+                native.smooth_rows_(attn, layer.o_smooth)
+            x = native.add_rms_norm_(h, layer.o(attn), layer.post_norm, eps)
             gu = _project(layer.gate_up, x)
             mlp_in = native.silu_mul(gu, layer.down_smooth)  # the down projection's smoothing folded in
             after = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.final_norm

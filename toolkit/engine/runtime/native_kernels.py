@@ -230,6 +230,7 @@ class NativeKernels:
                                          c.c_int]
         library.silu_mul.argtypes = [c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int]
         library.silu_mul_smoothed.argtypes = [c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_void_p]
+        library.smooth_rows_.argtypes = [c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_void_p]
         library.rope.argtypes = [c.c_void_p, c.c_int64, c.c_void_p, c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int, c.c_int]
         library.decode_attention.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
                                              c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_int, c.c_float,
@@ -374,6 +375,13 @@ class NativeKernels:
             assert smooth.dtype == gate_up.dtype and smooth.is_contiguous() and smooth.numel() == inter
             self._lib.silu_mul_smoothed(gate_up.data_ptr(), out.data_ptr(), rows, inter, kind, smooth.data_ptr())
         return out
+
+    def smooth_rows_(self, x, smooth):
+        """x [..., k] (contiguous) times smooth [k] in place, rounded as `x * smooth` rounds; returns x."""
+        assert x.is_contiguous() and smooth.dtype == x.dtype and smooth.is_contiguous() and smooth.numel() == x.shape[-1]
+        self._lib.smooth_rows_(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], ACTIVATION_KINDS[str(x.dtype)],
+                               smooth.data_ptr())
+        return x
 
     def rope_(self, x, heads: int, head_dim: int, positions, cos, sin) -> None:
         """In place on the first heads * head_dim columns of x [tokens, row] (unit stride in a row: the q or
