@@ -281,20 +281,21 @@ def _reread_passes(name: str, stream_mib: int, plain, repeats: int) -> dict[int,
     and those of decode_set_sizes at DECODE_ROWS rows too, as the one-region step runs it (_pass_timer):
     [DECODE_MATRIX_ROWS, DECODE_IN_FEATURES] matrices one after another, REREAD_CALLS passes over the set timed after
     as many untimed ones, each timing paired with a sum's stream read right after it (plain: stream_reader("sum",
-    stream_mib)); the best pass's rate and the median pair's ratio of GEMV_PAIRS pairs (`repeats` is the probe's; the
-    pairs set both here)."""
+    stream_mib)); the best pass's rate and the median pair's ratio of GEMV_PAIRS pairs (`repeats`: only for a call's
+    own cost where the C step timer is missing, _pass_timer)."""
     import torch
 
     matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
-    linears = _kernels(name, max(1, int(max(reread_sizes(stream_mib)) * 2**20 // matrix_bytes)), DECODE_MATRIX_ROWS,
+    sizes, few_row_sets = reread_sizes(stream_mib), decode_set_sizes(stream_mib)  # each reads the cache's size (sysfs)
+    linears = _kernels(name, max(1, int(max(sizes) * 2**20 // matrix_bytes)), DECODE_MATRIX_ROWS,
                        DECODE_IN_FEATURES)
     gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
     figures = {}
-    for mib in reread_sizes(stream_mib):
+    for mib in sizes:
         chosen = linears[: max(1, min(len(linears), round(mib * 2**20 / matrix_bytes)))]
         nbytes = REREAD_CALLS * sum(nbytes for nbytes, _, _ in chosen)
         figures[mib] = {}
-        for rows in (1, *DECODE_ROWS) if mib in decode_set_sizes(stream_mib) else (1,):
+        for rows in (1, *DECODE_ROWS) if mib in few_row_sets else (1,):
             x = torch.randn(rows, DECODE_IN_FEATURES, dtype=linears[0][1])
             one_pass = _pass_timer(name, chosen, x, REREAD_CALLS, repeats, as_in_step=True)
 
