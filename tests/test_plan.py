@@ -599,6 +599,27 @@ def test_nvfp4_is_refused_on_the_cpu_engine():
         cpu_decode_step_seconds(SMALL, "nvfp4", 1, 160, PROBE)
 
 
+def test_kernels_digest_apart_for_each_isa_choice(monkeypatch):
+    """A probe cached with AMX on is stale with TOOLKIT_AMX=0 (the AVX-512 kernels run) and with another -march."""
+    from toolkit.engine.runtime import native_kernels
+    from toolkit.plan import cpu_probe
+
+    def digest(**env) -> str:
+        for name in ("TOOLKIT_AMX", native_kernels.MARCH_VARIABLE):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        cpu_probe.kernels_digest.cache_clear()
+        return cpu_probe.kernels_digest()
+
+    try:
+        default = digest()
+        assert digest(TOOLKIT_AMX="1") == default
+        assert len({default, digest(TOOLKIT_AMX="0"), digest(TOOLKIT_NATIVE_MARCH="x86-64-v3")}) == 3
+    finally:
+        cpu_probe.kernels_digest.cache_clear()
+
+
 def test_cpu_probe_measures_cached_with_date_and_spread(tmp_path, monkeypatch):
     import functools
 

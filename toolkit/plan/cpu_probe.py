@@ -760,6 +760,8 @@ def kernels_digest() -> str:
 
     if march() != "native":  # compiled for another ISA level: other kernels (the default keeps older digests)
         digest.update(b"-march=" + march().encode())
+    if os.environ.get("TOOLKIT_AMX", "1") == "0":  # AMX turned off (NativeKernels.has_amx): the AVX-512 kernels' rates
+        digest.update(b"-amx=0")
     return digest.hexdigest()[:16]
 
 
