@@ -58,6 +58,21 @@ def test_a_tied_embedding_moves_once_with_the_lm_head():
     assert arena.tensors == 2 and torch.equal(runner.embed, tied)
 
 
+def test_distinct_gives_each_holder_a_copy_of_a_shared_tensor():
+    """The CPU probe's sets: shallow copies of one kernel, each to read bytes of its own."""
+    import copy
+
+    import torch
+
+    first = _Holder(weight=torch.randn(64, 64), scale=torch.rand(8))
+    twins = [first] + [copy.copy(first) for _ in range(2)]
+    values = first.weight.clone()
+    arena = gather_weights(twins, distinct=True)
+    assert arena.tensors == 3 and len({twin.weight.data_ptr() for twin in twins}) == 3
+    assert all(_in_arena(arena, twin.weight) and torch.equal(twin.weight, values) for twin in twins)
+    assert len({twin.scale.data_ptr() for twin in twins}) == 1  # under a page: left shared, where it was
+
+
 def test_nothing_to_move_is_none():
     import torch
 

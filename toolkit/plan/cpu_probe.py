@@ -180,21 +180,14 @@ def _kernel(name: str, out_features: int, in_features: int):
 
 
 def _kernels(name: str, count: int, out_features: int, in_features: int) -> list:
-    """`count` of _kernel(name, out_features, in_features): one built, the others copies of it, each with tensors of
-    its own (building int4's packed weights anew for each matrix of a GiB's set took seconds a round)."""
+    """`count` of _kernel(name, out_features, in_features): one built, the others shallow copies of it (building
+    int4's packed weights anew for each matrix of a GiB's set took seconds a round). They share its tensors until
+    gather_weights(..., distinct=True) copies each one's into the arena: every caller gathers them so, and a set
+    re-read must not be one matrix read again."""
     import copy
 
-    import torch
-
     first = _kernel(name, out_features, in_features)
-    made = [first]
-    for _ in range(count - 1):
-        twin = copy.copy(first[2])
-        for attr, value in vars(first[2]).items():
-            if isinstance(value, torch.Tensor):
-                setattr(twin, attr, value.clone())
-        made.append((first[0], first[1], twin))
-    return made
+    return [first] + [(first[0], first[1], copy.copy(first[2])) for _ in range(count - 1)]
 
 
 def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, stream_bytes: float,
@@ -207,7 +200,7 @@ def _streamed_rates(name: str, rows_list, out_features: int, in_features: int, s
 
     count = max(1, int(stream_bytes // (out_features * in_features * _WEIGHT_BYTES[name])))
     linears = _kernels(name, count, out_features, in_features)
-    gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
+    gather_weights([fn for _, _, fn in linears], distinct=True)  # on 2 MiB pages, as the engine serves its weights
     rates = {}
     for rows in rows_list:
         x = torch.randn(rows, in_features, dtype=linears[0][1])
@@ -289,7 +282,7 @@ def _reread_passes(name: str, stream_mib: int, plain, repeats: int) -> dict[int,
     sizes, few_row_sets = reread_sizes(stream_mib), decode_set_sizes(stream_mib)  # each reads the cache's size (sysfs)
     linears = _kernels(name, max(1, int(max(sizes) * 2**20 // matrix_bytes)), DECODE_MATRIX_ROWS,
                        DECODE_IN_FEATURES)
-    gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
+    gather_weights([fn for _, _, fn in linears], distinct=True)  # on 2 MiB pages, as the engine serves its weights
     figures = {}
     for mib in sizes:
         chosen = linears[: max(1, min(len(linears), round(mib * 2**20 / matrix_bytes)))]
@@ -621,7 +614,7 @@ def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2) -> dict[str, fl
             linears = [made[copy] for copy in range(copies) for made in by_shape]  # layer after layer
         except (RuntimeError, ValueError):  # a kernel that cannot take these shapes: the 2048 x 2048 rate stands
             continue
-        gather_weights([fn for _, _, fn in linears])  # on 2 MiB pages, as the engine serves its weights
+        gather_weights([fn for _, _, fn in linears], distinct=True)  # on 2 MiB pages, as the engine serves its weights
         inputs = {k: torch.randn(PREFILL_ROWS, k, dtype=linears[0][1]) for _, k in shapes}
         calls = [(fn, inputs[k]) for (_, _, fn), (_, k) in zip(linears, shapes * copies, strict=True)]
 

@@ -116,11 +116,12 @@ def zeroed_on_huge_pages(shape, dtype, count: int) -> list:
     return views
 
 
-def gather_weights(holders) -> WeightArena | None:
+def gather_weights(holders, distinct: bool = False) -> WeightArena | None:
     """Moves every CPU tensor attribute of `holders` (the linears) of at least MIN_BYTES into one buffer
     advised for huge pages, replacing each attribute with a view of the same shape, dtype and values. Call
-    before anything keeps the old tensors' addresses (the C decode step's description). None where there is
-    nothing to move."""
+    before anything keeps the old tensors' addresses (the C decode step's description). A tensor several holders
+    share moves once, unless `distinct`: then each holder gets a copy of its own (the CPU probe's sets of one
+    kernel's copies, which must not read the same bytes). None where there is nothing to move."""
     import torch
 
     found = [(holder, name) for holder in holders for name, tensor in vars(holder).items()
@@ -128,10 +129,13 @@ def gather_weights(holders) -> WeightArena | None:
              and tensor.nbytes >= MIN_BYTES]
     if not found:
         return None
+    def key_of(holder, name: str, tensor) -> tuple:
+        return (id(holder), name) if distinct else _key(tensor)
+
     sizes = {}  # a tensor's (address, dtype, shape) -> its bytes rounded up to a page: shared tensors move once
     for holder, name in found:
         tensor = getattr(holder, name)
-        sizes[_key(tensor)] = -(-tensor.nbytes // _ALIGN) * _ALIGN
+        sizes[key_of(holder, name, tensor)] = -(-tensor.nbytes // _ALIGN) * _ALIGN
     buffer, start, advised = huge_page_buffer(sum(sizes.values()))
     offset, moved = start, {}
     # One tensor at a time, holding no other reference to it: each original is freed as its last holder lets
@@ -139,7 +143,7 @@ def gather_weights(holders) -> WeightArena | None:
     # is allocated meanwhile, the views share the buffer's).
     for holder, name in found:
         tensor = getattr(holder, name)
-        key = _key(tensor)
+        key = key_of(holder, name, tensor)
         if key not in moved:
             moved[key] = buffer[offset:offset + tensor.nbytes].view(tensor.dtype).view(tensor.shape)
             moved[key].copy_(tensor)
