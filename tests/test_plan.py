@@ -530,6 +530,26 @@ def test_reread_sets_reach_past_the_last_level_cache_where_it_is_larger_than_the
         assert cpu_probe.decode_set_sizes(128) == [32, 64, 128, 256]
 
 
+def test_a_set_past_the_cache_reads_no_faster_than_the_largest_within_it():
+    """_curve_at: each set lifted to any larger set's ratio, but a set past the last-level cache (whose paired read
+    runs slow after its pass) neither lifts the sets within the cache nor reads above the largest of them."""
+    import math
+
+    from toolkit.plan.hardware import _curve_at
+
+    curve = {"64": 1.9, "128": 1.1, "256": 1.2, "960": 1.5}
+    mib = 2**20
+    assert _curve_at(curve, 128 * mib) == pytest.approx(1.5)  # no cache known: the old envelope
+    cache = 480 * mib
+    assert _curve_at(curve, 64 * mib, cache) == pytest.approx(1.9)
+    assert _curve_at(curve, 128 * mib, cache) == pytest.approx(1.2)  # lifted by 256 MiB's, not by 960's
+    assert _curve_at(curve, 256 * mib, cache) == _curve_at(curve, 960 * mib, cache) == pytest.approx(1.2)
+    assert _curve_at(curve, 4096 * mib, cache) == pytest.approx(1.2)
+    falling = {**curve, "960": 0.9}  # where it reads slower, it stands
+    at = math.log2(600) - math.log2(256)
+    assert _curve_at(falling, 600 * mib, cache) == pytest.approx(1.2 + (0.9 - 1.2) * at / (math.log2(960) - 8))
+
+
 def test_few_row_rates_move_with_the_memory_state_only_where_the_pass_was_memory_bound():
     """few_row_rates_at: a few-row pass whose weights read at 0.75 of its paired sum or more moves with the read, up to
     its rate in cache; a compute-bound one gets no faster; in a slower state the weights read at the one-row pass's

@@ -91,7 +91,8 @@ class HardwareSpec:
             if step_bytes > int(largest) * 2**20:
                 # past the largest set: its passes in the memory state the one-row re-read curve puts that many bytes in
                 curve = self.probe["reread_over_read"][kernel]
-                slower = read * _curve_at(curve, step_bytes) / _curve_at(curve, int(largest) * 2**20)
+                cache = self.probe.get("last_level_cache_bytes")
+                slower = read * _curve_at(curve, step_bytes, cache) / _curve_at(curve, int(largest) * 2**20, cache)
                 by_set[largest] = kernel_few_row_rates(self.probe, kernel, slower, largest)
             rates = {rows: _curve_at({mib: set_rates[rows] for mib, set_rates in by_set.items()}, step_bytes)
                      for rows in rates}
@@ -106,7 +107,8 @@ class HardwareSpec:
         kernel = self.compute_type(weights)
         curve = (self.probe.get("reread_over_read") or {}).get(kernel)
         if curve:
-            return _curve_at(curve, step_bytes or self._stream_bytes()) * self.probe["read_bytes_s_sum"]
+            return (_curve_at(curve, step_bytes or self._stream_bytes(), self.probe.get("last_level_cache_bytes"))
+                    * self.probe["read_bytes_s_sum"])
         return (self.probe.get("gemv_bytes_s") or {}).get(kernel) or self.bandwidth_bytes
 
     def _stream_bytes(self) -> float:
@@ -155,13 +157,22 @@ class HardwareSpec:
         return asdict(self)
 
 
-def _curve_at(curve: dict[str, float], nbytes: float) -> float:
+def _curve_at(curve: dict[str, float], nbytes: float, cache_bytes: float | None = None) -> float:
     """A curve over working sets ({MiB: a re-read ratio or rate}) at `nbytes`, interpolated in log size; the smallest
     set's value below it, the largest's above it (what sets larger than the probe's re-read is not measured). Each set
     reads at least as fast as any larger one (a point below a larger set's is noise: nothing re-reads more bytes
-    faster)."""
+    faster). With `cache_bytes` (the last-level cache), a set past it reads no faster than the largest set within it,
+    and lifts none: its ratio is to a sum's read right after its pass, and a read right after a pass over more than
+    the cache runs slower (a 128 MiB sum 15-17 GB/s after a bf16 pass over 960 MiB, 22-23 after one over 256, the
+    kernel itself 24 against 28; the AMX Xeon, 2026-11-29), so its ratio came out above the 256 MiB set's and had
+    lifted every set below it (bf16's one-row steps of `small`, AMX off, 40 % faster in the planner than measured)."""
+    sets = sorted(((int(m), v) for m, v in curve.items()), reverse=True)
+    within = [value for mib, value in sets if cache_bytes and mib * 2**20 <= cache_bytes]
+    if within and len(within) < len(sets):
+        top = within[0]  # the largest set within the cache
+        sets = [(mib, min(value, top) if mib * 2**20 > cache_bytes else value) for mib, value in sets]
     points, floor = [], 0.0
-    for mib, value in sorted(((int(m), v) for m, v in curve.items()), reverse=True):
+    for mib, value in sets:
         floor = max(floor, value)
         points.append((math.log2(mib * 2**20), floor))
     return _interpolate(points, math.log2(nbytes))
