@@ -530,6 +530,19 @@ def test_reread_sets_reach_past_the_last_level_cache_where_it_is_larger_than_the
         assert cpu_probe.decode_set_sizes(128) == [32, 64, 128, 256]
 
 
+def test_one_row_re_reads_become_ratios_to_the_probes_sum_read():
+    """reread_ratios: each one-row re-read pass's own read over the round's sum read (not the read paired with it,
+    which runs slower after a larger pass); every other figure kept."""
+    from toolkit.plan.cpu_probe import reread_ratios
+
+    figures = {"reread_bytes_s_bf16_128": 40e9, "reread_bytes_s_bf16_960": 25e9, "gemv_over_read_bf16": 0.9,
+               "decode_reread_over_read_bf16_128_2": 1.3}
+    out = reread_ratios(figures, 20e9)
+    assert out == {"reread_over_read_bf16_128": 2.0, "reread_over_read_bf16_960": 1.25, "gemv_over_read_bf16": 0.9,
+                   "decode_reread_over_read_bf16_128_2": 1.3}
+    assert "reread_bytes_s_bf16_128" in figures  # the caller's dict untouched
+
+
 def test_a_set_past_the_cache_reads_no_faster_than_the_largest_within_it():
     """_curve_at: each set lifted to any larger set's ratio, but a set past the last-level cache (whose paired read
     runs slow after its pass) neither lifts the sets within the cache nor reads above the largest of them."""

@@ -63,8 +63,8 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens; 33: prompts' attention on chunk_attention;
 # 34: prompt GEMMs over as many copies of the layer as the model has layers; 35: the few-row passes re-reading sets of
 # DECODE_SET_TIMES the stream, in place of one streamed pass; the ratios scaled by the paired sum reads' median, and a
-# re-read set past the last-level cache)
-VERSION = 35
+# re-read set past the last-level cache; 36: the one-row re-reads as their own reads over the round's sum read)
+VERSION = 36
 PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
 # where the CPU has it, else the widening int8 GEMM), fp8 FP8's (its own kernel, or int8 where that cannot run),
@@ -269,13 +269,14 @@ def decode_set_sizes(stream_mib: int) -> list[int]:
     return [mib for mib in reread_sizes(stream_mib) if mib in {round(stream_mib * times) for times in DECODE_SET_TIMES}]
 
 
-def _reread_passes(name: str, stream_mib: int, plain, repeats: int) -> dict[int, dict[int, tuple[float, float]]]:
-    """{MiB: {rows: (FLOP/s, read over a sum's)}}: kernel `name` re-reading each working set of reread_sizes at one row,
+def _reread_passes(name: str, stream_mib: int, plain,
+                   repeats: int) -> dict[int, dict[int, tuple[float, float, float]]]:
+    """{MiB: {rows: (FLOP/s, read over a sum's, bytes/s)}}: kernel `name` re-reading each working set of reread_sizes at one row,
     and those of decode_set_sizes at DECODE_ROWS rows too, as the one-region step runs it (_pass_timer):
     [DECODE_MATRIX_ROWS, DECODE_IN_FEATURES] matrices one after another, REREAD_CALLS passes over the set timed after
     as many untimed ones, each timing paired with a sum's stream read right after it (plain: stream_reader("sum",
-    stream_mib)); the best pass's rate and the median pair's ratio of GEMV_PAIRS pairs (`repeats`: only for a call's
-    own cost where the C step timer is missing, _pass_timer)."""
+    stream_mib)); the best pass's rate, the median pair's ratio and the median pass's read of GEMV_PAIRS pairs
+    (`repeats`: only for a call's own cost where the C step timer is missing, _pass_timer)."""
     import torch
 
     matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
@@ -300,7 +301,8 @@ def _reread_passes(name: str, stream_mib: int, plain, repeats: int) -> dict[int,
             pairs = [pair() for _ in range(GEMV_PAIRS)]
             flop = 2 * rows * nbytes / _WEIGHT_BYTES[name]
             figures[mib][rows] = (flop / min(seconds for seconds, _ in pairs),
-                                  statistics.median(nbytes / seconds / read for seconds, read in pairs))
+                                  statistics.median(nbytes / seconds / read for seconds, read in pairs),
+                                  nbytes / statistics.median(seconds for seconds, _ in pairs))
     return figures
 
 
@@ -420,7 +422,8 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
     """Kernel `name`'s figures that move with the memory's state, each paired with a sum's stream read (plain:
     stream_reader("sum", stream_mib)): its batch-1 read over [out, 4096] weights of ~stream_mib MiB (gemv_over_read_),
     and re-reading working sets as a step re-reads its weights (_reread_passes): at one row over each of reread_sizes
-    (reread_over_read_), at DECODE_ROWS rows over each of decode_set_sizes (decode_flops_, decode_reread_over_read_)."""
+    (reread_bytes_s_: its read, which reread_ratios turns into reread_over_read_), at DECODE_ROWS rows over each of
+    decode_set_sizes (decode_flops_, decode_reread_over_read_)."""
     figures = {f"gemv_over_read_{name}": paired_read_ratio(name, stream_mib, plain)}
     # A decode step's batch: at DECODE_ROWS rows the engine's few-row kernels turn compute-bound (their rate in cache
     # is higher, and not what a decode step gets). Timed as a step calls them: one matrix of DECODE_MATRIX_ROWS rows
@@ -432,10 +435,23 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
     # re-reading 56 MiB, 474-486 re-reading 128, where one row gained 1.15x; the planner had moved the 128 MiB pass by
     # the one-row gain and put `small`'s INT4-AWQ step at 4 sequences +22..+35 % off).
     for mib, by_rows in _reread_passes(name, stream_mib, plain, repeats).items():
-        figures[f"reread_over_read_{name}_{mib}"] = by_rows.pop(1)[1]
-        figures.update({f"decode_flops_{name}_{mib}_{rows}": rate for rows, (rate, _) in by_rows.items()})
-        figures.update({f"decode_reread_over_read_{name}_{mib}_{rows}": share for rows, (_, share) in by_rows.items()})
+        figures[f"reread_bytes_s_{name}_{mib}"] = by_rows.pop(1)[2]
+        figures.update({f"decode_flops_{name}_{mib}_{rows}": rate for rows, (rate, _, _) in by_rows.items()})
+        figures.update({f"decode_reread_over_read_{name}_{mib}_{rows}": share for rows, (_, share, _) in by_rows.items()})
     return figures
+
+
+def reread_ratios(figures: dict, read_bytes_s_sum: float) -> dict:
+    """`figures` with each one-row re-read (reread_bytes_s_{kernel}_{MiB}: the pass's own read) as a ratio to the
+    probe's sum read (reread_over_read_{kernel}_{MiB}), the read the planner scales it by. Not each pass over the sum
+    read paired with it: a sum read right after a pass runs slower the more the pass read (on the AMX Xeon, 480 MiB
+    of L3, 2026-11-29: 18.7 GB/s after a bf16 pass over 16 MiB, 16.5 after 128, 12.6 after 256, 6.9 after 960, where
+    the passes read 49 / 43 / 32 / 25 GB/s), so those ratios rose with the set where the reads fell, and the planner
+    put bf16's batch-1 step of `small` at 44 GB/s where the step read 31, as the pass over its size had."""
+    out = dict(figures)
+    for key in [k for k in figures if k.startswith("reread_bytes_s_")]:
+        out[key.replace("reread_bytes_s_", "reread_over_read_")] = out.pop(key) / read_bytes_s_sum
+    return out
 
 
 def _state_fields(figures: dict, name: str, stream_mib: int) -> dict:
@@ -469,6 +485,7 @@ def reprobe_kernel(probe: dict, name: str, repeats: int = 3) -> dict:
     read = stream_reader("sum", probe["stream_mib"])
     read()  # first call: page faults
     figures = _memory_state_figures(name, probe["stream_mib"], plain, repeats)
+    figures = reread_ratios(figures, statistics.median(sums))
     now = probe_at_read(probe, statistics.median(sums))
     for field, value in _state_fields(figures, name, probe["stream_mib"]).items():
         now[field] = {**probe.get(field, {}), name: value}
@@ -697,6 +714,7 @@ def _measure_bound(rounds: int, stream_mib: int, repeats: int) -> dict:
             else max(r[k] for r in runs) for k in runs[0]}
 
     spread = {k: (max(r[k] for r in runs) - min(r[k] for r in runs)) / max(r[k] for r in runs) for k in runs[0]}
+    best = reread_ratios(best, best["read_bytes_s_sum"])  # the best round's re-reads over the best round's sum read
     for name in KERNELS:  # each kernel's read rate in the memory state of the best round's paired sum reads
         best[f"gemv_bytes_s_{name}"] = best[f"gemv_over_read_{name}"] * best["read_bytes_s_sum"]
     reads = {k: v for k, v in best.items() if k.startswith(("gemv_bytes_s_", "read_bytes_s_sum"))}
