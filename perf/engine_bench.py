@@ -37,12 +37,11 @@ What is timed (the runner alone: no scheduler, no server, no sampling):
 - roofline: the planner's `cpu_decode_step_seconds` on the same probe (each format's weights at its
   kernel's probed read rate, few-row GEMMs at their probed rate, attention at the attention kernel's
   probed rate), plus those measured costs; "planner" is the same with the planner's own default
-  costs (toolkit plan without this benchmark), its error against the measured ITL at each batch. And paired
-  (since 2026-11-27 afternoon): in each of the paired floor's slices, the planner's batch-1 step with its probe
-  moved to the memory state of the read after that slice (cpu_probe.probe_at_read: every read rate scaled alike,
-  each kernel's batch-1 rate its probed ratio to a sum read), its median error per state: the probe and the
-  columns can fall in different states (the bf16 column 1.53x the planner in one run, 15:44, the probe fast and
-  the steps slow), where no planner with one bandwidth can be within 20 % of both. And at every batch (since
+  costs (toolkit plan without this benchmark), its error against the measured ITL at each batch. (From 2026-11-27
+  afternoon to 2026-11-29 also in each of the paired floor's slices, its probe moved by the read after that slice:
+  dropped, see _paired_floor.) The probe and the columns can fall in different states (the bf16 column 1.53x the
+  planner in one run, 15:44, the probe fast and the steps slow), where no planner with one bandwidth can be within
+  20 % of both. And at every batch (since
   2026-11-27 evening): one read after each batch's run, the planner moved to the state of the read after that
   batch's best run, its error beside the plain one (the GB/s read in brackets). Since 2026-11-27 night the format's
   kernel is probed again after each batch's run instead (cpu_probe.reprobe_kernel: its batch-1 stream and re-read
@@ -112,7 +111,7 @@ SLICE = 8  # decode steps per slice: the first, after the read evicted the cache
 FAST_ABOVE = 42e9  # bytes/s: a slice whose read ran faster caught this VM's fast memory state (~50 GB/s, else ~30)
 
 
-def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = PAIRS, plan_at=None) -> dict:
+def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = PAIRS) -> dict:
     """Slices of SLICE batch-1 decode steps and single reads of memory (read_once() -> bytes/s) in turn, tens of
     milliseconds apart: each slice's median step (its first left out: the read before it evicted the caches)
     against the floor at the rate read right after. This VM's memory flips within seconds between ~30 and ~50 GB/s
@@ -120,24 +119,21 @@ def _paired_floor(runner, isl: int, read_once, step_bytes: float, pairs: int = P
     64-step medians measured the odds of catching a fast moment, not the engine (2026-11-26: the same step read 1.1x
     one floor and 1.7x the next). Medians over `pairs` slices: the step, the rate, and the step / floor ratio; and the
     same per memory state (["states"]["slow" / "fast"], by FAST_ABOVE), where a state held at least 3 slices: a step
-    that is memory-bound in the slow state can be bound by its kernel's arithmetic in the fast one. With plan_at
-    (fn(bytes/s read) -> the planner's batch-1 step in seconds, its probe moved to that memory state: probe_at_read),
-    the planner's error against each slice ("planner": the median of planner / step - 1), per state too: the probe
-    ran in one state, the steps may run in the other, and no planner with one bandwidth is within 20 % of both."""
+    that is memory-bound in the slow state can be bound by its kernel's arithmetic in the fast one. (It had set the
+    planner against each slice too, its probe moved by the read after it: on the AMX Xeon a read right after a slice
+    runs slower the more the slice read, through the VM's 480 MiB L3, and that figure read +7..+40 % where the planner
+    probed around each run was within 20 %, 2026-11-29.)"""
     slice_median = _step_slices(runner, isl)
-    steps, rates, ratios, errors = [], [], [], []
+    steps, rates, ratios = [], [], []
     for _ in range(pairs):
         steps.append(slice_median())
         rates.append(read_once())
         ratios.append(_over_floor(steps[-1], step_bytes, rates[-1]))
-        if plan_at is not None:
-            errors.append(plan_at(rates[-1], 1).seconds / steps[-1] - 1)
 
     def summary(picked: list[int]) -> dict:
-        out = {"step_ms": statistics.median(steps[i] for i in picked) * 1e3,
-               "bandwidth": statistics.median(rates[i] for i in picked),
-               "ratio": statistics.median(ratios[i] for i in picked)}
-        return {**out, "planner": statistics.median(errors[i] for i in picked)} if errors else out
+        return {"step_ms": statistics.median(steps[i] for i in picked) * 1e3,
+                "bandwidth": statistics.median(rates[i] for i in picked),
+                "ratio": statistics.median(ratios[i] for i in picked)}
 
     return {"pairs": pairs, **_over_states(rates, summary)}
 
@@ -301,8 +297,7 @@ def _paired_cell(paired: dict) -> str:
     """The paired ratio per memory state ("slow 1.02 (6.41 at 33.3); fast 1.37 (2.78 at 52.6)"), or over all slices
     where a run holds no per-state figures."""
     states = paired.get("states") or {"all": paired}
-    return "; ".join(f"{state} {p['ratio']:.2f} ({p['step_ms']:.2f} at {p['bandwidth'] / 1e9:.1f}"
-                     + (f", planner {p['planner'] * 100:+.0f} %)" if "planner" in p else ")")
+    return "; ".join(f"{state} {p['ratio']:.2f} ({p['step_ms']:.2f} at {p['bandwidth'] / 1e9:.1f})"
                      for state, p in states.items())
 
 
@@ -313,9 +308,9 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
     start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
-    (_paired_floor), with plan_at (fn(read, batch) -> the planner's DecodeStep in that memory state) the planner's
-    error paired too; and taken after each batch's run, so that the planner is also set against each batch's best run
-    in the memory state that run saw (result["planner_at_read_ms"]). reprobe: fn() -> the probe taken again for this
+    (_paired_floor); and taken after each batch's run, so that with plan_at (fn(read, batch) -> the planner's
+    DecodeStep in that memory state) the planner is also set against each batch's best run in the memory state that
+    run saw (result["planner_at_read_ms"]). reprobe: fn() -> the probe taken again for this
     format's kernel in the memory state of now (cpu_probe.reprobe_kernel), taken after each batch's run, into
     probes_after (a dict the caller passes: {batch: [(that run's median step in seconds, the probe after it)]}), for
     the planner and the roofline against each run (_against_probes_after): the kernels' reads over a sum's differ
@@ -381,7 +376,7 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
         result["planner_bound_at_read"] = {batch: step.bound for batch, step in steps.items()}
     result["in_step"] = _in_step_parts(runner, batches, isl, osl)
     if read_once is not None:
-        result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"], plan_at=plan_at)
+        result["paired"] = _paired_floor(runner, isl, read_once, result["step_bytes"])
         if growth_batch in batches:
             result["paired_growth"] = _paired_growth(runner, isl, read_once, growth_batch, plan_at=plan_at,
                                                      reprobe=reprobe)
@@ -864,7 +859,7 @@ def main() -> None:
 def markdown_table(rows: dict, peers: dict, openvino: dict, batches: list[int]) -> str:
     head = ("| format | kernel | TTFT ms (planner) | " + " | ".join(f"ITL B={b} ms" for b in batches)
             + f" | tok/s B={batches[-1]} | step w/o GEMMs ms | B=1 floor ms (streaming at GB/s) | B=1 / floor"
-            + " | B=1 / floor, paired per memory state (step ms at GB/s, planner error in that state) | B=1 / re-read floor (GB/s) | "
+            + " | B=1 / floor, paired per memory state (step ms at GB/s) | B=1 / re-read floor (GB/s) | "
             + " | ".join(f"B={b} / roofline" for b in batches)
             + " | planner B=1 ms (error at each B; in each B's own memory state: GB/s read after it; each run against the planner probed after it) | in the step: GEMM GFLOP/s (probe's), attention ms | llama.cpp ITL ms (B=1 ratio) | llama.cpp batched tok/s at B (ours / theirs)"
             + " | OpenVINO GenAI TTFT ms, ITL ms (B=1 ratio), tok/s at B (ours / theirs) |")
