@@ -531,15 +531,15 @@ def test_reread_sets_reach_past_the_last_level_cache_where_it_is_larger_than_the
 
 
 def test_one_row_re_reads_become_ratios_to_the_probes_sum_read():
-    """reread_ratios: each one-row re-read pass's own read over the round's sum read (not the read paired with it,
-    which runs slower after a larger pass); every other figure kept."""
+    """reread_ratios: each re-read pass's own read (one row and few) over the round's sum read (not the read paired
+    with it, which runs slower after a larger pass); every other figure kept."""
     from toolkit.plan.cpu_probe import reread_ratios
 
     figures = {"reread_bytes_s_bf16_128": 40e9, "reread_bytes_s_bf16_960": 25e9, "gemv_over_read_bf16": 0.9,
-               "decode_reread_over_read_bf16_128_2": 1.3}
+               "decode_reread_bytes_s_bf16_128_2": 30e9, "decode_flops_bf16_128_2": 60e9}
     out = reread_ratios(figures, 20e9)
     assert out == {"reread_over_read_bf16_128": 2.0, "reread_over_read_bf16_960": 1.25, "gemv_over_read_bf16": 0.9,
-                   "decode_reread_over_read_bf16_128_2": 1.3}
+                   "decode_reread_over_read_bf16_128_2": 1.5, "decode_flops_bf16_128_2": 60e9}
     assert "reread_bytes_s_bf16_128" in figures  # the caller's dict untouched
 
 

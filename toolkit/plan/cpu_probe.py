@@ -63,7 +63,7 @@ CACHE = CACHE_ROOT / "cpu_probe.json"
 # 30: causal attention probed as a prompt calls it, at 128 and 1024 tokens; 33: prompts' attention on chunk_attention;
 # 34: prompt GEMMs over as many copies of the layer as the model has layers; 35: the few-row passes re-reading sets of
 # DECODE_SET_TIMES the stream, in place of one streamed pass; the ratios scaled by the paired sum reads' median, and a
-# re-read set past the last-level cache; 36: the one-row re-reads as their own reads over the round's sum read)
+# re-read set past the last-level cache; 36: the re-read passes as their own reads over the round's sum read)
 VERSION = 36
 PREFILL_ATTENTION_TOKENS = (128, 1024)  # prompt lengths the prompt's attention is probed at (the planner interpolates)
 # The engine's linear kernels, one per format as the engine serves it: int8a8 INT8-SQ's (int8 activations: VNNI
@@ -423,7 +423,7 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
     stream_reader("sum", stream_mib)): its batch-1 read over [out, 4096] weights of ~stream_mib MiB (gemv_over_read_),
     and re-reading working sets as a step re-reads its weights (_reread_passes): at one row over each of reread_sizes
     (reread_bytes_s_: its read, which reread_ratios turns into reread_over_read_), at DECODE_ROWS rows over each of
-    decode_set_sizes (decode_flops_, decode_reread_over_read_)."""
+    decode_set_sizes (decode_flops_, and decode_reread_bytes_s_ for decode_reread_over_read_)."""
     figures = {f"gemv_over_read_{name}": paired_read_ratio(name, stream_mib, plain)}
     # A decode step's batch: at DECODE_ROWS rows the engine's few-row kernels turn compute-bound (their rate in cache
     # is higher, and not what a decode step gets). Timed as a step calls them: one matrix of DECODE_MATRIX_ROWS rows
@@ -437,19 +437,20 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
     for mib, by_rows in _reread_passes(name, stream_mib, plain, repeats).items():
         figures[f"reread_bytes_s_{name}_{mib}"] = by_rows.pop(1)[2]
         figures.update({f"decode_flops_{name}_{mib}_{rows}": rate for rows, (rate, _, _) in by_rows.items()})
-        figures.update({f"decode_reread_over_read_{name}_{mib}_{rows}": share for rows, (_, share, _) in by_rows.items()})
+        figures.update({f"decode_reread_bytes_s_{name}_{mib}_{rows}": read for rows, (_, _, read) in by_rows.items()})
     return figures
 
 
 def reread_ratios(figures: dict, read_bytes_s_sum: float) -> dict:
-    """`figures` with each one-row re-read (reread_bytes_s_{kernel}_{MiB}: the pass's own read) as a ratio to the
-    probe's sum read (reread_over_read_{kernel}_{MiB}), the read the planner scales it by. Not each pass over the sum
-    read paired with it: a sum read right after a pass runs slower the more the pass read (on the AMX Xeon, 480 MiB
-    of L3, 2026-11-29: 18.7 GB/s after a bf16 pass over 16 MiB, 16.5 after 128, 12.6 after 256, 6.9 after 960, where
-    the passes read 49 / 43 / 32 / 25 GB/s), so those ratios rose with the set where the reads fell, and the planner
-    put bf16's batch-1 step of `small` at 44 GB/s where the step read 31, as the pass over its size had."""
+    """`figures` with each re-read pass's own read (reread_bytes_s_{kernel}_{MiB} at one row,
+    decode_reread_bytes_s_{kernel}_{MiB}_{rows} at a few) as a ratio to the probe's sum read (reread_over_read_...,
+    decode_reread_over_read_...), the read the planner scales them by. Not each pass over the sum read paired with
+    it: a sum read right after a pass runs slower the more the pass read (on the AMX Xeon, 480 MiB of L3, 2026-11-29:
+    18.7 GB/s after a bf16 pass over 16 MiB, 16.5 after 128, 12.6 after 256, 6.9 after 960, where the passes read
+    49 / 43 / 32 / 25 GB/s), so those ratios rose with the set where the reads fell, and the planner put bf16's
+    batch-1 step of `small` at 44 GB/s where the step read 31, as the pass over its size had."""
     out = dict(figures)
-    for key in [k for k in figures if k.startswith("reread_bytes_s_")]:
+    for key in [k for k in figures if "reread_bytes_s_" in k]:
         out[key.replace("reread_bytes_s_", "reread_over_read_")] = out.pop(key) / read_bytes_s_sum
     return out
 
