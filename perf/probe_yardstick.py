@@ -5,8 +5,9 @@ the last-level cache, each pass followed by a torch sum over the 128 MiB stream.
 the pass over that sum read; since v36 it is the pass's own read over the round's median sum read (reread_ratios),
 because on a host with a large L3 the sum read right after a pass runs slower the more the pass read (the AMX Xeon,
 480 MiB of L3, 2026-11-29: 18.7 GB/s after a bf16 pass over 16 MiB, 6.9 after 960). This prints, per set: the pass's
-read, the sum read after it, the old figure (pass over paired sum, times the median sum) and the new (the pass's own
-read); then the step's GEMMs as the C decode step times them in place at one sequence, against which both are set.
+read, the sum read after it, the old figure (pass over paired sum, times the median sum; v35 took the median of
+the pairs' ratios) and the new (the pass's own read); then the step's GEMMs as the C decode step times them in place
+at one sequence, against which both are set.
 
     .venv/bin/python perf/probe_yardstick.py --kernel bf16 --qformat none
     .venv/bin/python perf/probe_yardstick.py --kernel int4 --qformat int4_awq
@@ -48,17 +49,12 @@ def main() -> None:
 
     passes = cpu_probe._reread_passes(args.kernel, stream_mib, plain, 3)
     base = statistics.median(sums)
-    pairs = cpu_probe.GEMV_PAIRS
     print(f"{args.kernel}: the median sum read after every pass {base / 1e9:.1f} GB/s")
     print("set MiB | pass GB/s | sum after it GB/s | pass / paired sum x median sum (v35) | pass's own (v36)")
-    at = 0
     for mib, by_rows in passes.items():
-        for rows, (_, ratio, own) in by_rows.items():
-            paired = statistics.median(sums[at:at + pairs])
-            at += pairs
-            if rows == 1:
-                print(f"{mib:7d} | {own / 1e9:9.1f} | {paired / 1e9:17.1f} | {ratio * base / 1e9:36.1f} | "
-                      f"{own / 1e9:.1f}")
+        _, own, paired = by_rows[1]
+        print(f"{mib:7d} | {own / 1e9:9.1f} | {paired / 1e9:17.1f} | {own / paired * base / 1e9:36.1f} | "
+              f"{own / 1e9:.1f}")
     _step_reads(args, cpu_probe._WEIGHT_BYTES[args.kernel])
 
 

@@ -271,12 +271,13 @@ def decode_set_sizes(stream_mib: int) -> list[int]:
 
 def _reread_passes(name: str, stream_mib: int, plain,
                    repeats: int) -> dict[int, dict[int, tuple[float, float, float]]]:
-    """{MiB: {rows: (FLOP/s, read over a sum's, bytes/s)}}: kernel `name` re-reading each working set of reread_sizes at one row,
-    and those of decode_set_sizes at DECODE_ROWS rows too, as the one-region step runs it (_pass_timer):
+    """{MiB: {rows: (FLOP/s, bytes/s, the sum's bytes/s)}}: kernel `name` re-reading each working set of reread_sizes
+    at one row, and those of decode_set_sizes at DECODE_ROWS rows too, as the one-region step runs it (_pass_timer):
     [DECODE_MATRIX_ROWS, DECODE_IN_FEATURES] matrices one after another, REREAD_CALLS passes over the set timed after
-    as many untimed ones, each timing paired with a sum's stream read right after it (plain: stream_reader("sum",
-    stream_mib)); the best pass's rate, the median pair's ratio and the median pass's read of GEMV_PAIRS pairs
-    (`repeats`: only for a call's own cost where the C step timer is missing, _pass_timer)."""
+    as many untimed ones, each timing followed by a sum's stream read (plain: stream_reader("sum", stream_mib), whose
+    reads make the probe's sum read); of GEMV_PAIRS such pairs, the best pass's rate, the median pass's read and the
+    median of the sum reads after them (perf/probe_yardstick.py) (`repeats`: only for a call's own cost where the C
+    step timer is missing, _pass_timer)."""
     import torch
 
     matrix_bytes = DECODE_MATRIX_ROWS * DECODE_IN_FEATURES * _WEIGHT_BYTES[name]
@@ -301,8 +302,8 @@ def _reread_passes(name: str, stream_mib: int, plain,
             pairs = [pair() for _ in range(GEMV_PAIRS)]
             flop = 2 * rows * nbytes / _WEIGHT_BYTES[name]
             figures[mib][rows] = (flop / min(seconds for seconds, _ in pairs),
-                                  statistics.median(nbytes / seconds / read for seconds, read in pairs),
-                                  nbytes / statistics.median(seconds for seconds, _ in pairs))
+                                  nbytes / statistics.median(seconds for seconds, _ in pairs),
+                                  statistics.median(read for _, read in pairs))
     return figures
 
 
@@ -435,9 +436,9 @@ def _memory_state_figures(name: str, stream_mib: int, plain, repeats: int) -> di
     # re-reading 56 MiB, 474-486 re-reading 128, where one row gained 1.15x; the planner had moved the 128 MiB pass by
     # the one-row gain and put `small`'s INT4-AWQ step at 4 sequences +22..+35 % off).
     for mib, by_rows in _reread_passes(name, stream_mib, plain, repeats).items():
-        figures[f"reread_bytes_s_{name}_{mib}"] = by_rows.pop(1)[2]
+        figures[f"reread_bytes_s_{name}_{mib}"] = by_rows.pop(1)[1]
         figures.update({f"decode_flops_{name}_{mib}_{rows}": rate for rows, (rate, _, _) in by_rows.items()})
-        figures.update({f"decode_reread_bytes_s_{name}_{mib}_{rows}": read for rows, (_, _, read) in by_rows.items()})
+        figures.update({f"decode_reread_bytes_s_{name}_{mib}_{rows}": read for rows, (_, read, _) in by_rows.items()})
     return figures
 
 
@@ -715,7 +716,7 @@ def _measure_bound(rounds: int, stream_mib: int, repeats: int) -> dict:
             else max(r[k] for r in runs) for k in runs[0]}
 
     spread = {k: (max(r[k] for r in runs) - min(r[k] for r in runs)) / max(r[k] for r in runs) for k in runs[0]}
-    best = reread_ratios(best, best["read_bytes_s_sum"])  # the best round's re-reads over the best round's sum read
+    best = reread_ratios(best, best["read_bytes_s_sum"])  # each re-read's best round over the best round's sum read
     for name in KERNELS:  # each kernel's read rate in the memory state of the best round's paired sum reads
         best[f"gemv_bytes_s_{name}"] = best[f"gemv_over_read_{name}"] * best["read_bytes_s_sum"]
     reads = {k: v for k, v in best.items() if k.startswith(("gemv_bytes_s_", "read_bytes_s_sum"))}

@@ -162,10 +162,11 @@ def _curve_at(curve: dict[str, float], nbytes: float, cache_bytes: float | None 
     set's value below it, the largest's above it (what sets larger than the probe's re-read is not measured). Each set
     reads at least as fast as any larger one (a point below a larger set's is noise: nothing re-reads more bytes
     faster). With `cache_bytes` (the last-level cache), a set past it reads no faster than the largest set within it,
-    and lifts none: its ratio is to a sum's read right after its pass, and a read right after a pass over more than
-    the cache runs slower (a 128 MiB sum 15-17 GB/s after a bf16 pass over 960 MiB, 22-23 after one over 256, the
-    kernel itself 24 against 28; the AMX Xeon, 2026-11-29), so its ratio came out above the 256 MiB set's and had
-    lifted every set below it (bf16's one-row steps of `small`, AMX off, 40 % faster in the planner than measured)."""
+    and lifts none: past the cache a set streams from memory. Up to probe v35 its ratio was to a sum's read right
+    after its pass, which runs slower after a pass over more than the cache (a 128 MiB sum 15-17 GB/s after a bf16
+    pass over 960 MiB, 22-23 after one over 256, the pass itself 24 against 28; the AMX Xeon, 2026-11-29): it came out
+    above the 256 MiB set's and lifted every set below it (bf16's one-row steps of `small`, AMX off, 40 % faster in
+    the planner than measured)."""
     sets = sorted(((int(m), v) for m, v in curve.items()), reverse=True)
     within = [value for mib, value in sets if cache_bytes and mib * 2**20 <= cache_bytes]
     if within and len(within) < len(sets):

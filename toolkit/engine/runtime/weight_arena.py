@@ -129,6 +129,7 @@ def gather_weights(holders, distinct: bool = False) -> WeightArena | None:
              and tensor.nbytes >= MIN_BYTES]
     if not found:
         return None
+
     def key_of(holder, name: str, tensor) -> tuple:
         return (id(holder), name) if distinct else _key(tensor)
 
