@@ -133,7 +133,7 @@ def gather_weights(holders, distinct: bool = False) -> WeightArena | None:
     def key_of(holder, name: str, tensor) -> tuple:
         return (id(holder), name) if distinct else _key(tensor)
 
-    sizes = {}  # a tensor's (address, dtype, shape) -> its bytes rounded up to a page: shared tensors move once
+    sizes = {}  # key_of -> its bytes rounded up to a page: shared tensors move once unless `distinct`
     for holder, name in found:
         tensor = getattr(holder, name)
         sizes[key_of(holder, name, tensor)] = -(-tensor.nbytes // _ALIGN) * _ALIGN
