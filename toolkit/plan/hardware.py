@@ -90,9 +90,8 @@ class HardwareSpec:
             largest = max(sets, key=int)
             if step_bytes > int(largest) * 2**20:
                 # past the largest set: its passes in the memory state the one-row re-read curve puts that many bytes in
-                curve = self.probe["reread_over_read"][kernel]
-                cache = self.probe.get("last_level_cache_bytes")
-                slower = read * _curve_at(curve, step_bytes, cache) / _curve_at(curve, int(largest) * 2**20, cache)
+                ratio = self._reread_ratio
+                slower = read * ratio(kernel, step_bytes) / ratio(kernel, int(largest) * 2**20)
                 by_set[largest] = kernel_few_row_rates(self.probe, kernel, slower, largest)
             rates = {rows: _curve_at({mib: set_rates[rows] for mib, set_rates in by_set.items()}, step_bytes)
                      for rows in rates}
@@ -105,11 +104,21 @@ class HardwareSpec:
         if self.kind != "cpu":
             return self.bandwidth_bytes
         kernel = self.compute_type(weights)
-        curve = (self.probe.get("reread_over_read") or {}).get(kernel)
-        if curve:
-            return (_curve_at(curve, step_bytes or self._stream_bytes(), self.probe.get("last_level_cache_bytes"))
-                    * self.probe["read_bytes_s_sum"])
+        ratio = self._reread_ratio(kernel, step_bytes or self._stream_bytes())
+        if ratio is not None:
+            return ratio * self.probe["read_bytes_s_sum"]
         return (self.probe.get("gemv_bytes_s") or {}).get(kernel) or self.bandwidth_bytes
+
+    def _reread_ratio(self, kernel: str, nbytes: float) -> float | None:
+        """The probe's one-row re-read curve for `kernel` at a working set of `nbytes`, as a ratio to the round's sum
+        read, capped past the last-level cache (`_curve_at`); None on a probe without the curve."""
+        curve = (self.probe.get("reread_over_read") or {}).get(kernel)
+        if not curve:
+            return None
+        return _curve_at(curve, nbytes, self._cache_bytes())
+
+    def _cache_bytes(self) -> float | None:
+        return self.probe.get("last_level_cache_bytes")
 
     def _stream_bytes(self) -> float:
         return self.probe.get("stream_mib", 128) * 2**20
@@ -119,7 +128,7 @@ class HardwareSpec:
         last-level cache's size (where the probe knows it), the stream's: a step re-reading more than the cache holds
         evicts what it would re-read, where a plain sum's re-reads still gained on a cache whose replacement is not
         LRU (cpu_probe: a 32 MiB L3, a sum over 64 MiB 1.6x the stream's rate, the step's weights 1x)."""
-        cache = self.probe.get("last_level_cache_bytes")
+        cache = self._cache_bytes()
         if cache and nbytes > cache:
             nbytes = max(nbytes, self.probe.get("stream_mib", 128) * 2**20)
         curve = self.probe["read_curve_bytes_s"]
