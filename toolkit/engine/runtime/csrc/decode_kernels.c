@@ -3026,6 +3026,13 @@ static void int4_a8_tile_blocks(a8_rows_t r, int64_t M, int K, const uint8_t *w,
         for (int64_t m0 = 0; m0 < M; m0 += 16) {
             const int rows = (int)(M - m0 < 16 ? M - m0 : 16);
             amx_configure(rows, &configured);
+            /* the output lines this chunk of rows writes at its end, fetched for writing while its tiles run: a
+             * prompt's outputs are written cold, and each chunk's stores stalled on their reads for ownership
+             * (INT4-AWQ's and W4A8's 128-token prompts of `small` 0.89-0.93x with this, the gate/up GEMMs having run
+             * 1.3x slower in the prompt than back to back, the output then in L2; 2026-11-29 AMX Xeon). amx_gemm's
+             * prompts (bf16, INT8-SQ, fp8) measured no change with the same, so it has none. */
+            for (int m = 0; m < rows; m++)
+                for (int j = 0; j < count; j += 2) __builtin_prefetch(y + (m0 + m) * N + 16 * (j0 + j), 1, 3);
             for (int64_t k = 0; k < chunks; k++) {
                 if (m0 > 0) fetch_group_ahead(&ahead);
                 _tile_zero(0);
