@@ -9,8 +9,9 @@ unchanged path moved -10 % and +17 % in two such runs (2026-11-26).
 
     git worktree add /tmp/base HEAD~1
     .venv/bin/python perf/ab_steps.py --base /tmp/base --qformat int4_awq --batches 1,8,16
+    .venv/bin/python perf/ab_steps.py --base /tmp/base --qformat int4_awq --prompt --repeats 24  # a TTFT's forward
 
-Prints, per batch, both builds' step and the ratio (new / base). The tool has a bias of its own between the two
+Prints, per batch (or for the prompt, its min and median), both builds' step and the ratio (new / base). The tool has a bias of its own between the two
 builds it loads: the same code, in two trees, read new / base 1.035 in one run (2026-11-27, INT4-AWQ at one sequence,
 --slices 40). Under ~4 %, run it again with --base and --new swapped before believing a difference.
 
@@ -62,6 +63,8 @@ def main() -> None:
     parser.add_argument("--slices", type=int, default=0, help="time slices paired with memory reads instead (above)")
     parser.add_argument("--fast-above", type=float, default=FAST_ABOVE / 1e9,
                         help="GB/s: a slice's read above this is the fast state (engine_bench's cut)")
+    parser.add_argument("--prompt", action="store_true",
+                        help="time one --isl-token prompt (a TTFT's forward) instead of decode steps: min and median")
     args = parser.parse_args()
     checkpoint = ROOT / "build" / "checkpoints" / f"{args.model}-{args.qformat}"
     if not checkpoint.is_dir():
@@ -69,6 +72,9 @@ def main() -> None:
                          f"--qformat {args.qformat})")
     batches = [int(b) for b in args.batches.split(",")]
     builds = [load_runner(tree.resolve(), checkpoint, max(batches)) for tree in (args.base, args.new)]
+    if args.prompt:
+        paired_prompts(builds, args.isl, args.repeats)
+        return
     if args.slices:
         for batch in batches:
             paired_slices(builds, batch, args.isl, args.slices, args.fast_above * 1e9)
@@ -84,6 +90,26 @@ def main() -> None:
     for batch in batches:
         base, new = best[(0, batch)] * 1e3, best[(1, batch)] * 1e3
         print(f"B={batch:2d}: base {base:7.3f} ms  new {new:7.3f} ms  new/base {new / base:.3f}")
+
+
+def paired_prompts(builds, isl: int, repeats: int, per_turn: int = 3) -> None:
+    """Both builds' `isl`-token prompts (one sequence's prefill, as engine_bench times TTFT), `per_turn` at a time in
+    alternating order for `repeats` turns each: the min and the median per build."""
+    import statistics
+
+    times: list[list[float]] = [[], []]
+    prompts = [bench._steps(1, isl)[0](0) for _, bench in builds]
+    for repeat in range(repeats):
+        for b in ((0, 1) if repeat % 2 == 0 else (1, 0)):
+            for _ in range(per_turn):
+                start = time.perf_counter()
+                builds[b][0].forward(prompts[b])
+                times[b].append(time.perf_counter() - start)
+    (base_min, base_med), (new_min, new_med) = ((min(t) * 1e3, statistics.median(t) * 1e3) for t in times)
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {builds[1][0].weight_format}, a {isl}-token prompt, "
+          f"{per_turn * repeats} per build, order alternating")
+    print(f"min: base {base_min:.2f} ms  new {new_min:.2f} ms  new/base {new_min / base_min:.3f}; median: base "
+          f"{base_med:.2f} ms  new {new_med:.2f} ms  new/base {new_med / base_med:.3f}")
 
 
 def paired_slices(builds, batch: int, isl: int, slices: int, fast_above: float, steps: int = 8) -> None:
