@@ -304,7 +304,7 @@ def _paired_cell(paired: dict) -> str:
 def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, native: bool,
                  threads: int | None = None, repeats: int = 1, device: str = "cpu", read_rate=None, read_once=None,
                  plan_at=None, reprobe=None, probes_after: dict | None = None, growth_batch: int | None = None,
-                 **runner_options) -> dict:
+                 reprobe_prompt=None, **runner_options) -> dict:
     """read_rate: fn(step bytes) -> bytes/s, measured right after each batch-1 run (result["read_rates"]): the
     memory's speed while this format's steps ran, which on a VM that drifts by 1.5x within minutes is not the
     start's. read_once: fn() -> bytes/s of one read as a decode step streams memory, for result["paired"]
@@ -316,7 +316,9 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
     the planner and the roofline against each run (_against_probes_after): the kernels' reads over a sum's differ
     between this VM's states, so a probe moved from one state to the other by the sum read was 25-36 % off where one
     taken in the state was within 20 %. growth_batch (one of `batches`), with read_once: that batch's step over batch
-    1's, paired (result["paired_growth"], _paired_growth)."""
+    1's, paired (result["paired_growth"], _paired_growth). reprobe_prompt: fn() -> FLOP/s of this format's prompt GEMMs
+    on the model's layer (cpu_probe.layer_prefill_rates) taken again now, right after each prompt timed after a batch's
+    run: result["ttft_reprobed"], [(the best of three prompts' seconds, the rate after them)]."""
     from toolkit.engine.runtime.model_runner import ModelRunner
 
     blocks = -(-(isl + 256) // BLOCK) * max(batches)
@@ -364,6 +366,13 @@ def bench_format(checkpoint: Path, batches: list[int], isl: int, osl: int, nativ
             # one after each repeat, a slow stretch over all six of INT8-SQ's (21.9 ms where the same code ran 15.7-19.8
             # in three processes right after, amx17 2026-11-29): one after each batch's run
             time_prefill(ttft)
+            if reprobe_prompt is not None:
+                # two more back to back, the best of the three against the probe right after them: the first prompt
+                # after the probes above ran 1.6-1.9x the best (52-60 ms where bf16's best was 32; the memory they
+                # freed is faulted in again), a cost no served prompt pays
+                for _ in range(2):
+                    time_prefill(ttft)
+                result.setdefault("ttft_reprobed", []).append((min(ttft[-3:]), reprobe_prompt()))
     result["ttft_ms"] = min(ttft) * 1e3
     result["itl_ms"] = {batch: min(m) * 1e3 for batch, m in medians.items()}
     if read_once is not None and plan_at is not None:
@@ -670,6 +679,22 @@ def bench_openvino(model_dir: Path, kind: str, isl: int, osl: int, threads: int,
 
 # --- the table -------------------------------------------------------------------------------------
 
+def _ttft_against_probes_after(reprobed: list, probe: dict, spec, kernel: str, floor) -> float | None:
+    """The median over prompts of each prompt's seconds over the prefill floor (floor: fn(probe) -> seconds) with the
+    prompt GEMM rate probed right after it: TTFT's floor probed once at the start had this VM's minutes in it (bf16
+    1.19x in a run whose prompts ran in a slower minute than the probe, amx25, where 1.02x in the run before)."""
+    from toolkit.plan.cpu_probe import layer_key
+
+    key = layer_key(spec)
+    ratios = []
+    for seconds, rate in reprobed:
+        if rate:
+            layers = {**(probe.get("prefill_flops_by_layer") or {})}
+            layers[key] = {**layers.get(key, {}), kernel: rate}
+            ratios.append(seconds / floor({**probe, "prefill_flops_by_layer": layers}))
+    return statistics.median(ratios) if ratios else None
+
+
 def _against_probes_after(probes_after: dict, plan, roofline) -> dict:
     """The planner and the roofline set against each run with the probe taken right after it (probes_after: {batch:
     [(run seconds, probe)]}; plan(probe, batch) -> DecodeStep with the planner's default costs; roofline(probe, batch)
@@ -713,8 +738,8 @@ def main() -> None:
 
     from toolkit.engine.runtime.cpu_binding import apply_binding, engine_binding
     from toolkit.model.spec import load_model_spec
-    from toolkit.plan.cpu_probe import (measure_cpu, probe_at_read, reprobe_kernel, spec_from_probe, stream_reader,
-                                         with_layer_prefill_rates)
+    from toolkit.plan.cpu_probe import (layer_prefill_rates, measure_cpu, probe_at_read, reprobe_kernel, spec_from_probe,
+                                         stream_reader, with_layer_prefill_rates)
     from toolkit.plan.roofline import (cpu_crossover_batch, cpu_decode_step, cpu_decode_step_seconds,
                                        cpu_prefill_seconds, weights_for)
 
@@ -754,11 +779,16 @@ def main() -> None:
         def reprobe(qformat=qformat):  # the probe of this format's kernel taken again now
             return reprobe_kernel(probe, hardware.compute_type(weights_for(qformat)))
 
+        def reprobe_prompt(qformat=qformat):  # ... and of its prompt GEMMs on the model's layer
+            kernel = hardware.compute_type(weights_for(qformat))
+            return (layer_prefill_rates(spec, kernels=(kernel,)) or {}).get(kernel)
+
         probes_after = {}
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,
                          read_rate=lambda step_bytes: _read_rate_now(probe, step_bytes), read_once=read_once,
                          plan_at=plan_at, reprobe=None if args.no_reprobe else reprobe, probes_after=probes_after,
-                         growth_batch=FLAT_UP_TO if qformat == "none" else None)
+                         growth_batch=FLAT_UP_TO if qformat == "none" else None,
+                         reprobe_prompt=None if args.no_reprobe else reprobe_prompt)
         # A step re-reads the same bytes: where they fit in the last-level cache, faster than the probe's stream.
         step_bytes = r["step_bytes"]
         r["working_set_factor"] = hardware.working_set_factor(step_bytes)  # the planner's, from the probe
@@ -793,6 +823,12 @@ def main() -> None:
         prefill_cost = (r["prefill_cost_ms"] / 1e3, 0.0) if given_step_cost is None else (step_cost, per_sequence)
         r["prefill_floor_ms"] = cpu_prefill_seconds(spec, qformat, args.isl, probe=probe, step_overhead_s=prefill_cost[0],
                                                     sequence_overhead_s=prefill_cost[1]) * 1e3
+        if r.get("ttft_reprobed"):  # each prompt against the floor with its GEMMs probed right after it
+            r["ttft_paired_ratio"] = _ttft_against_probes_after(
+                r["ttft_reprobed"], probe, spec, hardware.compute_type(weights_for(qformat)),
+                lambda now, qformat=qformat, cost=prefill_cost: cpu_prefill_seconds(spec, qformat, args.isl, probe=now,
+                                                                 step_overhead_s=cost[0],
+                                                                 sequence_overhead_s=cost[1]))
         # The rate the planner charges the step's GEMMs at each batch, beside the rate they ran at in the step
         r["probe_gemm_gflops"] = {b: hardware.decode_peak_flops(weights_for(qformat), b, step_bytes) / 1e9
                                   for b in batches}

@@ -175,3 +175,17 @@ def test_the_script_judges_a_saved_run(tmp_path):
     out = subprocess.run([sys.executable, str(PERF / "engine_targets.py"), str(path)], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert "every step within 1.3x its roofline: MISSED" in out and "TTFT within 1.3x" in out
+
+
+def test_ttft_is_judged_on_each_prompt_against_the_floor_probed_after_it_where_the_run_has_it():
+    report = _report()
+    report["rows"]["none"]["ttft_ms"] = 60.0  # 60 / 45 = 1.33 against the start's probe: over 1.3
+    report["rows"]["none"]["ttft_paired_ratio"] = 1.12  # ... 1.12 against the probes taken right after its prompts
+    report["rows"]["int4_awq"]["ttft_paired_ratio"] = 1.05
+    ttft = next(v for v in verdicts(report) if v.target.startswith("TTFT"))
+    assert ttft.met is True
+    assert "as probed: none x1.33, int4_awq x1.11" in ttft.figures and "none x1.12, int4_awq x1.05" in ttft.figures
+    report["rows"]["int4_awq"]["ttft_paired_ratio"] = 1.35
+    assert next(v for v in verdicts(report) if v.target.startswith("TTFT")).met is False
+    del report["rows"]["none"]["ttft_paired_ratio"], report["rows"]["int4_awq"]["ttft_paired_ratio"]
+    assert next(v for v in verdicts(report) if v.target.startswith("TTFT")).met is False  # 1.33 as probed

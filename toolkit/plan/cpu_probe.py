@@ -608,7 +608,7 @@ def _layer_probed(spec) -> bool:
     return 2 * sum(n * k for n, k in spec.layer_gemm_shapes) <= LAYER_PREFILL_MAX_MIB * 2**20
 
 
-def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2) -> dict[str, float] | None:
+def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2, kernels=KERNELS) -> dict[str, float] | None:
     """Each kernel's FLOP/s over `spec`'s layer GEMMs at PREFILL_ROWS rows, called from Python one after another as
     a prompt runs its layers (q/k/v, o, gate/up, down), over as many copies of the layer as the model has layers (its
     weights in that kernel's format, up to LAYER_SET_MAX_MIB): the rate falls with the set a prompt streams (bf16 on
@@ -618,7 +618,8 @@ def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2) -> dict[str, fl
     one pass set alone had INT8-SQ at 1.4 TFLOP/s where it ran 1.9-2.2 right after). None where a layer is over
     LAYER_PREFILL_MAX_MIB in bf16 (its shapes run at least at prefill_flops' rate, and copies of it would cost the probe
     that much memory per kernel); a kernel that refuses the shapes (int4 where a K is not a multiple of its group)
-    left out, the planner keeping its 2048 x 2048 rate."""
+    left out, the planner keeping its 2048 x 2048 rate. `kernels`: only these (perf/engine_bench.py probes one format's
+    kernel again right after its prompts)."""
     import torch
 
     if not _layer_probed(spec):
@@ -626,7 +627,7 @@ def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2) -> dict[str, fl
     shapes = spec.layer_gemm_shapes
     layer_weights = sum(n * k for n, k in shapes)
     passes = {}
-    for name in KERNELS:
+    for name in kernels:
         copies = max(1, min(spec.num_layers, int(LAYER_SET_MAX_MIB * 2**20 // (layer_weights * _WEIGHT_BYTES[name]))))
         try:
             by_shape = [_kernels(name, copies, n, k) for n, k in shapes]
