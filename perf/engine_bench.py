@@ -481,6 +481,15 @@ def _no_chunk_attention(q, k, v, tables, chunks, block_size, k_scale, v_scale, o
     out.zero_()
 
 
+def wrap_linears(runner, wrap) -> None:
+    """Every decoder layer's linears of `runner` (its Python path's) replaced by wrap(linear, kind), kind one of qkv, o,
+    gate_up, down (lm_head left as it is)."""
+    for layer in runner.layers:
+        layer.qkv = [wrap(m, "qkv") for m in layer.qkv]
+        layer.gate_up = [wrap(m, "gate_up") for m in layer.gate_up]
+        layer.o, layer.down = wrap(layer.o, "o"), wrap(layer.down, "down")
+
+
 def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: list[int]) -> dict[int, float]:
     """The decode step at each of `batches` of this very model and format with every GEMM and attention (the decode
     kernel and chunk_attention) stubbed out: its dispatch, norms, RoPE, activation rounding, KV writes, i.e. what the roofline
@@ -489,10 +498,7 @@ def _step_cost_without_gemms(runner, isl: int, osl: int, repeats: int, batches: 
         inner = getattr(linear, "linear", linear)
         return getattr(inner, "out_features", None) or inner.weight.shape[0]
 
-    for layer in runner.layers:
-        layer.qkv = [_NoGemm(out_features(m)) for m in layer.qkv]
-        layer.gate_up = [_NoGemm(out_features(m)) for m in layer.gate_up]
-        layer.o, layer.down = _NoGemm(out_features(layer.o)), _NoGemm(out_features(layer.down))
+    wrap_linears(runner, lambda linear, kind: _NoGemm(out_features(linear)))
     runner.lm_head = _NoGemm(runner.spec.vocab_size)
     if runner.native is not None:  # attention too, both kernels: the planner charges it at the probed attention rate
         runner.native = copy.copy(runner.native)
@@ -738,8 +744,8 @@ def main() -> None:
 
     from toolkit.engine.runtime.cpu_binding import apply_binding, engine_binding
     from toolkit.model.spec import load_model_spec
-    from toolkit.plan.cpu_probe import (layer_prefill_rates, measure_cpu, probe_at_read, reprobe_kernel, spec_from_probe,
-                                         stream_reader, with_layer_prefill_rates)
+    from toolkit.plan.cpu_probe import (layer_prefill_passes, measure_cpu, probe_at_read, reprobe_kernel, spec_from_probe,
+                                         stream_reader, time_layer_passes, with_layer_prefill_rates)
     from toolkit.plan.roofline import (cpu_crossover_batch, cpu_decode_step, cpu_decode_step_seconds,
                                        cpu_prefill_seconds, weights_for)
 
@@ -779,9 +785,13 @@ def main() -> None:
         def reprobe(qformat=qformat):  # the probe of this format's kernel taken again now
             return reprobe_kernel(probe, hardware.compute_type(weights_for(qformat)))
 
-        def reprobe_prompt(qformat=qformat):  # ... and of its prompt GEMMs on the model's layer
+        prompt_passes = {}  # this format's prompt GEMMs on the model's layer, built at its first reprobe_prompt
+
+        def reprobe_prompt(qformat=qformat, passes=prompt_passes):  # ... and of those, timed again now
             kernel = hardware.compute_type(weights_for(qformat))
-            return (layer_prefill_rates(spec, kernels=(kernel,)) or {}).get(kernel)
+            if not passes:
+                passes.update(layer_prefill_passes(spec, kernels=(kernel,)))
+            return time_layer_passes(passes).get(kernel)
 
         probes_after = {}
         r = bench_format(ckpt, batches, args.isl, args.osl, native, threads, args.repeats,

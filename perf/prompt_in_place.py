@@ -31,6 +31,8 @@ NATIVE_PARTS = ("rms_norm", "add_rms_norm_", "rope_", "write_kv_cache", "smooth_
 def instrument(runner, spent: dict, calls: list) -> None:
     """Wraps the runner's linears and C kernels so that each call adds its seconds to spent[part] (and the linears'
     first prompt's calls, with a copy of their input, go to `calls`)."""
+    import engine_bench  # perf/, on the path from main
+
     def timed(part, fn):
         def call(*args, **kwargs):
             start = time.perf_counter()
@@ -58,10 +60,7 @@ def instrument(runner, spent: dict, calls: list) -> None:
     for part in NATIVE_PARTS:
         if hasattr(runner.native, part):
             setattr(runner.native, part, timed(part, getattr(runner.native, part)))
-    for layer in runner.layers:
-        layer.qkv = [Linear(m, "qkv") for m in layer.qkv]
-        layer.gate_up = [Linear(m, "gate_up") for m in layer.gate_up]
-        layer.o, layer.down = Linear(layer.o, "o"), Linear(layer.down, "down")
+    engine_bench.wrap_linears(runner, Linear)
 
 
 def replay(calls: list, keep: bool) -> dict:

@@ -608,7 +608,7 @@ def _layer_probed(spec) -> bool:
     return 2 * sum(n * k for n, k in spec.layer_gemm_shapes) <= LAYER_PREFILL_MAX_MIB * 2**20
 
 
-def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2, kernels=KERNELS) -> dict[str, float] | None:
+def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2) -> dict[str, float] | None:
     """Each kernel's FLOP/s over `spec`'s layer GEMMs at PREFILL_ROWS rows, called from Python one after another as
     a prompt runs its layers (q/k/v, o, gate/up, down), over as many copies of the layer as the model has layers (its
     weights in that kernel's format, up to LAYER_SET_MAX_MIB): the rate falls with the set a prompt streams (bf16 on
@@ -618,12 +618,30 @@ def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2, kernels=KERNELS
     one pass set alone had INT8-SQ at 1.4 TFLOP/s where it ran 1.9-2.2 right after). None where a layer is over
     LAYER_PREFILL_MAX_MIB in bf16 (its shapes run at least at prefill_flops' rate, and copies of it would cost the probe
     that much memory per kernel); a kernel that refuses the shapes (int4 where a K is not a multiple of its group)
-    left out, the planner keeping its 2048 x 2048 rate. `kernels`: only these (perf/engine_bench.py probes one format's
-    kernel again right after its prompts)."""
+    left out, the planner keeping its 2048 x 2048 rate."""
+    if not _layer_probed(spec):
+        return None
+    return time_layer_passes(layer_prefill_passes(spec), repeats, rounds)
+
+
+def time_layer_passes(passes: dict, repeats: int = 5, rounds: int = 2) -> dict[str, float]:
+    """FLOP/s of each of layer_prefill_passes' passes: the best of `repeats` in each of `rounds` rounds over them."""
+    rates = {name: 0.0 for name in passes}
+    for _ in range(rounds):
+        for name, (one_pass, flop) in passes.items():
+            rates[name] = max(rates[name], flop / _best_seconds(one_pass, repeats))
+    return rates
+
+
+def layer_prefill_passes(spec, kernels=KERNELS) -> dict:
+    """{kernel: (fn() running one pass of its prompt GEMMs over the copies of `spec`'s layer, the pass's FLOP)} for
+    layer_prefill_rates, built once (copies, their 2 MiB pages, the inputs) so that they can be timed again
+    (perf/engine_bench.py times one format's kernel again right after its prompts). `kernels`: only these. Empty
+    where the layer is too large to probe (_layer_probed)."""
     import torch
 
     if not _layer_probed(spec):
-        return None
+        return {}
     shapes = spec.layer_gemm_shapes
     layer_weights = sum(n * k for n, k in shapes)
     passes = {}
@@ -647,11 +665,7 @@ def layer_prefill_rates(spec, repeats: int = 5, rounds: int = 2, kernels=KERNELS
         except (RuntimeError, ValueError):
             continue
         passes[name] = (one_pass, 2 * PREFILL_ROWS * layer_weights * copies)
-    rates = {name: 0.0 for name in passes}
-    for _ in range(rounds):
-        for name, (one_pass, flop) in passes.items():
-            rates[name] = max(rates[name], flop / _best_seconds(one_pass, repeats))
-    return rates
+    return passes
 
 
 def with_layer_prefill_rates(probe: dict, spec, binding=None, save: bool = True) -> dict:
